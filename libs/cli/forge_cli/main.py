@@ -1,0 +1,411 @@
+"""``forge``: the command line for users (datasets, jobs, models) and operators (the stack).
+
+Exit codes: 0 success (a watched job succeeded), 1 the watched job failed, 2 a usage or API
+error, 3 the watched job was canceled, 4 it was stopped (its best model is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from . import samples
+from .client import ApiError, ForgeClient
+
+app = typer.Typer(help="Forge: train models on immutable dataset versions.", no_args_is_help=True)
+datasets_app = typer.Typer(help="Datasets and their immutable versions.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Training jobs.", no_args_is_help=True)
+models_app = typer.Typer(help="Registered models and their versions.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(models_app, name="models")
+
+console = Console()
+err = Console(stderr=True)
+
+EXIT = {"succeeded": 0, "failed": 1, "canceled": 3, "stopped": 4}
+TERMINAL = frozenset(EXIT)
+
+ApiOption = Annotated[str, typer.Option("--api", envvar="FORGE_API_URL", help="Forge API base URL")]
+OutputOption = Annotated[str, typer.Option("--output", "-o", help="table or json")]
+
+
+def _client(api: str) -> ForgeClient:
+    return ForgeClient(api)
+
+
+def _fail(exc: ApiError) -> typer.Exit:
+    err.print(f"[red]error:[/red] {exc.detail}")
+    report = exc.body.get("report")
+    if report:
+        for problem in report.get("errors", [])[:50]:
+            where = problem["file"] + (f":{problem['line']}" if problem.get("line") else "")
+            err.print(f"  {where}: {problem['message']}")
+    return typer.Exit(2)
+
+
+def _print(data: Any, output: str, columns: list[str] | None = None) -> None:
+    if output == "json" or columns is None:
+        console.print_json(json.dumps(data, default=str))
+        return
+    rows = data if isinstance(data, list) else [data]
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
+    return str(value)
+
+
+# ---- datasets -----------------------------------------------------------------------------------------
+
+
+@datasets_app.command("create")
+def datasets_create(name: str, description: str = "", api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Create an empty dataset."""
+    try:
+        with _client(api) as c:
+            _print(c.post("/v1/datasets", {"name": name, "description": description}), output, ["name", "description", "created_at"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+def _archive(path: Path) -> tuple[Path, bool]:
+    """An archive to upload: the file itself, or a temporary .tar.gz of a folder."""
+    if path.is_file():
+        return path, False
+    if not path.is_dir():
+        raise typer.BadParameter(f"{path} is neither a folder nor an archive")
+    fd, tmp = tempfile.mkstemp(suffix=".tar.gz")
+    os.close(fd)
+    with tarfile.open(tmp, "w:gz") as tar:
+        for item in sorted(path.rglob("*")):
+            if item.is_file() and not item.is_symlink():
+                tar.add(item, arcname=item.relative_to(path).as_posix())
+    return Path(tmp), True
+
+
+@datasets_app.command("upload")
+def datasets_upload(
+    name: str,
+    path: Path,
+    format: Annotated[str | None, typer.Option(help="Declare the format instead of detecting it")] = None,
+    create: Annotated[bool, typer.Option(help="Create the dataset if it does not exist")] = True,
+    api: ApiOption = "http://127.0.0.1:8000",
+    output: OutputOption = "table",
+) -> None:
+    """Upload a folder or an archive (.zip, .tar, .tar.gz) as the next version of a dataset."""
+    archive, temporary = _archive(path)
+    try:
+        with _client(api) as c:
+            if create:
+                try:
+                    c.post("/v1/datasets", {"name": name})
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+            version = c.upload_version(name, archive, format)
+    except ApiError as exc:
+        raise _fail(exc) from None
+    finally:
+        if temporary:
+            archive.unlink(missing_ok=True)
+    if output == "json":
+        _print(version, output)
+        return
+    note = "new version" if version.get("created", True) else "identical content: existing version"
+    console.print(f"{name} v{version['version']} ({version['format']}, {version['file_count']} files) — {note}")
+    for w in version["report"].get("warnings", [])[:20]:
+        console.print(f"  [yellow]warning[/yellow] {w['file']}: {w['message']}")
+
+
+@datasets_app.command("list")
+def datasets_list(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    try:
+        with _client(api) as c:
+            _print(c.get("/v1/datasets"), output, ["name", "latest_version", "description", "created_at"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@datasets_app.command("show")
+def datasets_show(name: str, version: int | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
+    """A dataset's versions (or one version) with format, stats and validation report."""
+    try:
+        with _client(api) as c:
+            path = f"/v1/datasets/{name}/versions" + (f"/{version}" if version else "")
+            _print(c.get(path), output, ["version", "format", "tasks", "file_count", "size_bytes", "content_hash", "created_at"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@datasets_app.command("sample")
+def datasets_sample(
+    dest: Path,
+    per_class: Annotated[int, typer.Option(min=2)] = 24,
+    size: Annotated[int, typer.Option(min=16)] = 48,
+    seed: int = 0,
+) -> None:
+    """Generate a small image-classification dataset (coloured shapes) into DEST."""
+    samples.shapes(dest, per_class=per_class, size=size, seed=seed)
+    console.print(f"wrote {len(samples.SHAPES) * per_class} images in {len(samples.SHAPES)} class folders under {dest}")
+
+
+# ---- jobs ---------------------------------------------------------------------------------------------
+
+JOB_COLUMNS = ["id", "name", "task", "state", "progress", "epochs_completed", "created_at"]
+
+
+def _load_spec(path: Path) -> dict[str, Any]:
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc}") from None
+    if not isinstance(spec, dict):
+        raise typer.BadParameter(f"{path} must hold a mapping (name, task, dataset, base_model, hyperparameters, …)")
+    return spec
+
+
+@jobs_app.command("submit")
+def jobs_submit(
+    spec: Path,
+    start: Annotated[bool, typer.Option("--start/--draft", help="Queue it now, or keep it as a draft")] = True,
+    watch: Annotated[bool, typer.Option(help="Follow it until it ends")] = False,
+    api: ApiOption = "http://127.0.0.1:8000",
+    output: OutputOption = "table",
+) -> None:
+    """Submit a job from a YAML or JSON spec."""
+    body = {**_load_spec(spec), "start": start}
+    try:
+        with _client(api) as c:
+            job = c.post("/v1/jobs", body)
+            if not watch:
+                _print(job, output, JOB_COLUMNS)
+                return
+            console.print(f"job {job['id']} ({job['name']}) {job['state']}")
+            raise typer.Exit(_watch(c, job["id"], output))
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("list")
+def jobs_list(state: str | None = None, limit: int = 50, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    try:
+        with _client(api) as c:
+            _print(c.get("/v1/jobs", state=state, limit=limit), output, JOB_COLUMNS)
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
+    try:
+        with _client(api) as c:
+            _print(c.get(f"/v1/jobs/{job_id}"), output, JOB_COLUMNS + ["best_metrics", "error"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("start")
+def jobs_start(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Queue a draft."""
+    try:
+        with _client(api) as c:
+            _print(c.post(f"/v1/jobs/{job_id}/start"), output, JOB_COLUMNS)
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("stop")
+def jobs_stop(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Stop a job: after ≥1 completed epoch it keeps its best model (stopped); before, nothing (canceled)."""
+    try:
+        with _client(api) as c:
+            _print(c.post(f"/v1/jobs/{job_id}/stop"), output, JOB_COLUMNS)
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("logs")
+def jobs_logs(
+    job_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends")] = False,
+    api: ApiOption = "http://127.0.0.1:8000",
+) -> None:
+    try:
+        with _client(api) as c:
+            if not follow:
+                after = 0
+                while True:
+                    page = c.get(f"/v1/jobs/{job_id}/logs", after=after, limit=5000)
+                    for line in page["lines"]:
+                        console.print(line["text"], markup=False, highlight=False)
+                    if not page["lines"]:
+                        return
+                    after = page["next_after"]
+            state = None
+            for event, _, data in c.events(job_id):
+                if event == "snapshot":
+                    state = data["state"]
+                elif event == "status":
+                    state = data["data"]["state"]
+                elif event == "logs":
+                    for line in data["data"]["lines"]:
+                        console.print(line["text"], markup=False, highlight=False)
+                    if data["data"].get("eof") and state in TERMINAL:
+                        return  # the trainer is gone and its output was read to the end
+                if state in ("canceled", "failed") and event == "status" and not data["data"].get("attempt"):
+                    return  # it never ran: there is no output to wait for
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("watch")
+def jobs_watch(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Follow a job with a progress bar until it ends; the exit code says how it ended."""
+    try:
+        with _client(api) as c:
+            raise typer.Exit(_watch(c, job_id, output))
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+def _watch(c: ForgeClient, job_id: str, output: str) -> int:
+    state, total, job = "queued", None, None
+    metrics: dict[str, float] = {}
+    registered: dict[str, Any] | None = None
+    deadline: float | None = None
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.2f}/{task.total} epochs"),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=output == "json",
+    ) as progress:
+        bar = progress.add_task("queued", total=None, info="")
+        for event, _, data in c.events(job_id):
+            if event == "snapshot":
+                job, state, total = data, data["state"], data.get("total_epochs")
+                progress.update(bar, description=state, total=total)
+            elif event == "status":
+                state = data["data"]["state"]
+                progress.update(bar, description=state)
+            elif event == "metrics":
+                d = data["data"]
+                metrics.update(d["metrics"])
+                if d.get("progress") is not None and total:
+                    progress.update(bar, completed=d["progress"] * total)
+                progress.update(bar, info=" ".join(f"{k}={v:.4g}" for k, v in d["metrics"].items() if k in ("loss", "lr")))
+            elif event == "epoch-completed":
+                d = data["data"]
+                total = d.get("total_epochs") or total
+                progress.update(bar, completed=d["epoch"], total=total)
+                progress.console.print(f"epoch {d['epoch']}: " + " ".join(f"{k}={v:.4g}" for k, v in d["metrics"].items()) + (" (best)" if d["is_best"] else ""))
+            elif event == "model-registered":
+                registered = data["data"]
+            if state in TERMINAL:
+                if registered is not None or state in ("failed", "canceled"):
+                    break
+                deadline = deadline or time.monotonic() + 30  # give the registrar a moment
+                if time.monotonic() > deadline or (job and job.get("registration") == "manual"):
+                    break
+        if state == "succeeded":
+            progress.update(bar, completed=total)
+    job = c.get(f"/v1/jobs/{job_id}")
+    if output == "json":
+        _print(job, "json")
+    else:
+        console.print(f"[bold]{job['name']}[/bold] {job['state']} after {job['epochs_completed']} epoch(s)")
+        if job.get("best_metrics"):
+            console.print("best: " + " ".join(f"{k}={v:.4g}" for k, v in job["best_metrics"].items()))
+        if job.get("error"):
+            e = job["error"]
+            err.print(f"[red]{e['reason']}[/red]: {e['message']}" + (f"\nhint: {e['hint']}" if e.get("hint") else ""))
+        if job.get("model"):
+            console.print(f"model: {job['model']['name']} v{job['model']['version']}")
+    return EXIT.get(job["state"], 2)
+
+
+# ---- models -------------------------------------------------------------------------------------------
+
+
+@models_app.command("list")
+def models_list(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    try:
+        with _client(api) as c:
+            _print(c.get("/v1/models"), output, ["name", "versions", "latest_version", "created_at"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@models_app.command("show")
+def models_show(name: str, version: int | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """A model's versions (or one version) with metrics and lineage."""
+    try:
+        with _client(api) as c:
+            path = f"/v1/models/{name}/versions" + (f"/{version}" if version else "")
+            _print(c.get(path), output, ["version", "job_id", "dataset", "base_model", "metrics", "created_at"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@models_app.command("download")
+def models_download(
+    name: str,
+    version: int,
+    file: Annotated[str, typer.Option(help="onnx or weights")] = "onnx",
+    dest: Annotated[Path | None, typer.Option("--to", help="Where to write it")] = None,
+    api: ApiOption = "http://127.0.0.1:8000",
+) -> None:
+    try:
+        with _client(api) as c, c.http.stream("GET", f"/v1/models/{name}/versions/{version}/download", params={"file": file}, follow_redirects=True) as r:
+            if not r.is_success:
+                r.read()
+                c._check(r)
+            target = dest or Path(f"{name}-v{version}.{'onnx' if file == 'onnx' else 'pt'}")
+            with open(target, "wb") as out:
+                for chunk in r.iter_bytes():
+                    out.write(chunk)
+    except ApiError as exc:
+        raise _fail(exc) from None
+    console.print(f"wrote {target}")
+
+
+# ---- operators ----------------------------------------------------------------------------------------
+
+stack_app = typer.Typer(help="Run Forge on this machine (embedded NATS, PostgreSQL and object store).", no_args_is_help=True)
+app.add_typer(stack_app, name="stack")
+
+
+@stack_app.command("up")
+def stack_up() -> None:
+    """Start the embedded stack in the foreground; Ctrl-C stops all of it."""
+    from .stack import up
+
+    raise typer.Exit(up())
+
+
+def main() -> None:
+    app()

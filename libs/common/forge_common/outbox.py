@@ -1,0 +1,87 @@
+"""The transactional outbox: write the event in the same transaction as the state change it
+announces, and let a relay publish it. A crash between commit and publish delays the event;
+it never loses it, and it never publishes a change that was rolled back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+from nats.js import JetStreamContext
+
+from .bus import encode, headers_for
+from .events import Event
+from .subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "forge_outbox"
+
+
+async def add(conn: asyncpg.Connection, subjects: Subjects, event: Event[Any], *, producer: str) -> None:
+    """Queue ``event``; call inside the transaction that makes it true."""
+    await conn.execute(
+        "INSERT INTO outbox (producer, subject, event_id, body, headers) VALUES ($1, $2, $3, $4, $5)",
+        producer,
+        subjects.of(event),
+        event.id,
+        encode(event),
+        headers_for(event),
+    )
+    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, producer)
+
+
+class OutboxRelay:
+    """Publishes a producer's outbox rows in order, then deletes them (several replicas may run:
+    rows are claimed with ``FOR UPDATE SKIP LOCKED``)."""
+
+    def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, *, producer: str, poll_seconds: float = 1.0) -> None:
+        self.pool = pool
+        self.js = js
+        self.producer = producer
+        self.poll_seconds = poll_seconds
+        self._wake = asyncio.Event()
+
+    def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if payload == self.producer:
+            self._wake.set()
+
+    async def drain(self) -> int:
+        """Publish everything pending; returns how many events went out."""
+        sent = 0
+        while True:
+            async with self.pool.acquire() as conn, conn.transaction():
+                rows = await conn.fetch(
+                    "SELECT seq, subject, body, headers FROM outbox WHERE producer = $1"
+                    " ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED",
+                    self.producer,
+                )
+                if not rows:
+                    return sent
+                for row in rows:
+                    await self.js.publish(row["subject"], bytes(row["body"]), headers=row["headers"])
+                await conn.execute("DELETE FROM outbox WHERE seq = ANY($1::bigint[])", [r["seq"] for r in rows])
+                sent += len(rows)
+
+    async def run(self) -> None:
+        listener = await self.pool.acquire()
+        try:
+            await listener.add_listener(CHANNEL, self._on_notify)
+            while True:
+                self._wake.clear()
+                try:
+                    await self.drain()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the server may be restarting: keep the rows, try later
+                    log.warning("outbox relay (%s): publish failed, will retry: %s", self.producer, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+        finally:
+            with contextlib.suppress(Exception):
+                await listener.remove_listener(CHANNEL, self._on_notify)
+            await self.pool.release(listener)

@@ -1,0 +1,113 @@
+"""The FastAPI application: one lifespan owns every client; one handler renders every error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from forge_common import bus, db, telemetry
+from forge_common.errors import ForgeError
+from forge_common.outbox import OutboxRelay
+from forge_common.runtime import configure_logging
+from forge_common.settings import CommonSettings
+from forge_common.storage import open_store
+from forge_common.subjects import Subjects
+
+from . import health
+from .deps import Services
+from .datasets import endpoints as datasets
+from .jobs import endpoints as jobs
+from .models import endpoints as models
+from .settings import ApiSettings
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "api"
+
+
+def _first_error(exc: RequestValidationError) -> tuple[str, str]:
+    err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+    field = ".".join(loc)
+    msg = str(err.get("msg", "invalid"))
+    if err.get("type") == "extra_forbidden":
+        msg = "unknown field"
+    return field, f"{field}: {msg}" if field else msg
+
+
+def create_app(common: CommonSettings | None = None, settings: ApiSettings | None = None) -> FastAPI:
+    common = common or CommonSettings()
+    settings = settings or ApiSettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        telemetry.setup("api", common)
+        subjects = Subjects(common.bus_prefix)
+        pool = await db.connect(common.database_url, size=common.db_pool_size)
+        nc, js = await bus.connect(common, name="forge-api")
+        await bus.ensure_streams(js, subjects, max_age_days=common.bus_max_age_days)
+        store = await asyncio.to_thread(open_store, common)
+        app.state.services = Services(common, settings, subjects, pool, nc, js, store)
+        relay = asyncio.create_task(OutboxRelay(pool, js, producer=PRODUCER).run(), name="api:outbox")
+        log.info("api: ready (bus prefix %s)", subjects.prefix)
+        try:
+            yield
+        finally:
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await relay
+            with contextlib.suppress(Exception):
+                await nc.drain()
+            await pool.close()
+            telemetry.shutdown()
+
+    app = FastAPI(
+        title="Forge",
+        version="0.1.0",
+        description="Train models on immutable dataset versions; follow them live; get registered model versions.",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(ForgeError)
+    async def forge_error(request: Request, exc: ForgeError) -> JSONResponse:
+        body: dict[str, object] = {"type": exc.type, "detail": exc.detail}
+        if exc.field:
+            body["field"] = exc.field
+        body.update(exc.extra)
+        return JSONResponse(status_code=exc.status, content=body)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        field, detail = _first_error(exc)
+        return JSONResponse(status_code=422, content={"type": "invalid_input", "detail": detail, "field": field})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(status_code=exc.status_code, content={"type": kind, "detail": str(exc.detail)}, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse(status_code=500, content={"type": "internal", "detail": "unexpected server error; see the api log"})
+
+    app.include_router(health.router)
+    app.include_router(datasets.router)
+    app.include_router(jobs.router)
+    app.include_router(models.router)
+    return app
+
+
+def run() -> None:
+    import uvicorn
+
+    common = CommonSettings()
+    settings = ApiSettings()
+    configure_logging(common.log_level)
+    uvicorn.run(create_app(common, settings), host=settings.host, port=settings.port, log_level="warning")

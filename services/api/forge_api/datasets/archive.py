@@ -1,0 +1,157 @@
+"""Uploaded archives are untrusted: every member is checked before anything is written.
+
+Refused: absolute paths, ``..`` components, links (symbolic or hard), devices and other special
+files, more files or more unpacked bytes than the configured limits. Only regular files are
+written, one by one, to paths built from the checked names.
+"""
+
+from __future__ import annotations
+
+import stat
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from forge_common.errors import InvalidInput
+
+# Folders and files archivers add that are never data.
+IGNORED_PARTS = frozenset({"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_files: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str  # the checked, normalised relative path
+    size: int
+
+
+def _check_name(raw: str) -> str | None:
+    """The member's safe relative path, or None for entries to skip (folders, archiver litter)."""
+    name = raw.replace("\\", "/")
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        raise InvalidInput(f"archive member {raw!r} has an absolute path", field="file")
+    parts = [p for p in PurePosixPath(name).parts if p not in ("", ".")]
+    if ".." in parts:
+        raise InvalidInput(f"archive member {raw!r} escapes the archive (path traversal)", field="file")
+    if not parts or any(p in IGNORED_PARTS or p.startswith("._") for p in parts):
+        return None
+    return "/".join(parts)
+
+
+def _within(limits: Limits, count: int, total: int) -> None:
+    if count > limits.max_files:
+        raise InvalidInput(f"archive has more than {limits.max_files} files", field="file")
+    if total > limits.max_bytes:
+        raise InvalidInput(f"archive unpacks to more than {limits.max_bytes} bytes", field="file")
+
+
+def kind_of(path: Path) -> str:
+    if zipfile.is_zipfile(path):
+        return "zip"
+    try:
+        if tarfile.is_tarfile(path):
+            return "tar"
+    except (OSError, tarfile.TarError):
+        pass
+    raise InvalidInput("the upload is not a .zip, .tar or .tar.gz archive", field="file")
+
+
+def _zip_members(zf: zipfile.ZipFile, limits: Limits) -> list[tuple[Member, zipfile.ZipInfo]]:
+    out = []
+    total = 0
+    for info in zf.infolist():
+        mode = info.external_attr >> 16
+        if info.is_dir():
+            _check_name(info.filename)
+            continue
+        if stat.S_ISLNK(mode):
+            raise InvalidInput(f"archive member {info.filename!r} is a link; links are not allowed", field="file")
+        if mode and not stat.S_ISREG(mode):
+            raise InvalidInput(f"archive member {info.filename!r} is not a regular file", field="file")
+        name = _check_name(info.filename)
+        if name is None:
+            continue
+        total += info.file_size
+        out.append((Member(name, info.file_size), info))
+        _within(limits, len(out), total)
+    return out
+
+
+def _tar_members(tf: tarfile.TarFile, limits: Limits) -> list[tuple[Member, tarfile.TarInfo]]:
+    out = []
+    total = 0
+    for info in tf:
+        if info.isdir():
+            _check_name(info.name)
+            continue
+        if info.issym() or info.islnk():
+            raise InvalidInput(f"archive member {info.name!r} is a link; links are not allowed", field="file")
+        if not info.isreg():
+            raise InvalidInput(f"archive member {info.name!r} is not a regular file", field="file")
+        name = _check_name(info.name)
+        if name is None:
+            continue
+        total += info.size
+        out.append((Member(name, info.size), info))
+        _within(limits, len(out), total)
+    return out
+
+
+def _copy(src: IO[bytes], out: IO[bytes], member: Member, budget: int) -> int:
+    """Copy at most ``budget`` bytes and no more than the member declared; returns the count."""
+    copied = 0
+    while chunk := src.read(1 << 20):
+        copied += len(chunk)
+        if copied > member.size or copied > budget:
+            raise InvalidInput(f"archive member {member.name!r} unpacks to more than it declares", field="file")
+        out.write(chunk)
+    return copied
+
+
+def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
+    """Check every member, then write the regular files under ``dest``; returns what was written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    kind = kind_of(path)
+    seen: set[str] = set()
+    written: list[Member] = []
+    total = 0
+
+    def target(member: Member) -> Path:
+        key = member.name.lower()
+        if key in seen:
+            raise InvalidInput(f"archive has the file {member.name!r} twice", field="file")
+        seen.add(key)
+        out = dest / member.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return out
+
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(path) as zf:
+                members = _zip_members(zf, limits)
+                for member, info in members:
+                    with zf.open(info) as src, open(target(member), "wb") as out:
+                        total += _copy(src, out, member, limits.max_bytes - total)
+                    written.append(member)
+        else:
+            with tarfile.open(path, mode="r:*") as tf:
+                tar_members = _tar_members(tf, limits)
+                for member, tinfo in tar_members:
+                    src = tf.extractfile(tinfo)
+                    if src is None:
+                        continue
+                    with src, open(target(member), "wb") as out:
+                        total += _copy(src, out, member, limits.max_bytes - total)
+                    written.append(member)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, EOFError) and exc.errno is not None:
+            raise
+        raise InvalidInput(f"the archive is damaged: {exc}", field="file") from None
+    return written

@@ -1,0 +1,146 @@
+"""Adding a dataset version: receive the archive to disk, check it, unpack it, validate the
+format, hash its content, and store it — or store nothing and say exactly why."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+from fastapi import UploadFile
+
+from forge_common.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+
+from ..deps import Services
+from . import archive, formats
+from . import repository as repo
+
+
+@dataclass(frozen=True)
+class Prepared:
+    root: Path
+    report: formats.Report
+    manifest: list[tuple[str, int, str]]
+    content_hash: str
+    size_bytes: int
+
+
+def manifest_of(root: Path) -> list[tuple[str, int, str]]:
+    """(path, size, sha256) of every file, sorted by path: the canonical description of the content."""
+    out = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        out.append((path.relative_to(root).as_posix(), path.stat().st_size, digest.hexdigest()))
+    return out
+
+
+def content_hash(manifest: list[tuple[str, int, str]]) -> str:
+    canonical = "".join(f"{p}\t{s}\t{d}\n" for p, s, d in manifest)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def prepare(upload: Path, work: Path, limits: archive.Limits, declared_format: str | None) -> Prepared:
+    """Blocking: unpack, validate and hash. Raises ``InvalidInput`` with the whole report."""
+    unpacked = work / "unpacked"
+    archive.extract(upload, unpacked, limits)
+    if not any(unpacked.iterdir()):
+        raise InvalidInput("the archive holds no files", field="file")
+    root = formats.data_root(unpacked)
+    report = formats.validate(root, declared_format)
+    if not report.ok:
+        first = report.errors[0]
+        more = f" (and {len(report.errors) - 1} more problem(s))" if len(report.errors) > 1 else ""
+        raise InvalidInput(
+            f"{first.file}: {first.message}{more}",
+            field="file",
+            extra={"report": report.to_dict()},
+        )
+    manifest = manifest_of(root)
+    return Prepared(root, report, manifest, content_hash(manifest), sum(s for _, s, _ in manifest))
+
+
+async def _receive(upload: UploadFile, target: Path, max_bytes: int) -> int:
+    size = 0
+    with open(target, "wb") as out:
+        while chunk := await upload.read(1 << 20):
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge(f"the archive is larger than the {max_bytes}-byte limit", field="file")
+            out.write(chunk)
+    if size == 0:
+        raise InvalidInput("the uploaded file is empty", field="file")
+    return size
+
+
+async def create_dataset(conn: asyncpg.Connection, project_id: uuid.UUID, name: str, description: str) -> asyncpg.Record:
+    row = await repo.create_dataset(conn, project_id, name, description)
+    if row is None:
+        raise Conflict(f"a dataset named {name!r} already exists", field="name")
+    return row
+
+
+async def get_dataset(conn: asyncpg.Connection, project_id: uuid.UUID, name: str) -> asyncpg.Record:
+    row = await repo.get_dataset(conn, project_id, name)
+    if row is None:
+        raise NotFound(f"no dataset named {name!r}", field="name")
+    return row
+
+
+async def add_version(
+    services: Services, project_id: uuid.UUID, name: str, upload: UploadFile, declared_format: str | None = None
+) -> tuple[asyncpg.Record, bool]:
+    """The new version (created=True), or the existing one with identical content (created=False)."""
+    async with services.pool.acquire() as conn:
+        dataset = await get_dataset(conn, project_id, name)
+    scratch_root = services.settings.upload_dir or services.common.home / "tmp"
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="upload-", dir=scratch_root))
+    try:
+        received = work / "upload.bin"
+        await _receive(upload, received, services.settings.max_upload_bytes)
+        limits = archive.Limits(max_files=services.settings.max_archive_files, max_bytes=services.settings.max_extracted_bytes)
+        prepared = await asyncio.to_thread(prepare, received, work, limits, declared_format)
+        received.unlink()
+        async with services.pool.acquire() as conn:
+            existing = await repo.version_by_hash(conn, dataset["id"], prepared.content_hash)
+        if existing is not None:
+            return existing, False
+        prefix = f"datasets/{dataset['id']}/{prepared.content_hash}"
+        files = services.store.location(f"{prefix}/files")
+        try:
+            await asyncio.to_thread(files.upload_tree, prepared.root)
+            manifest = [{"path": p, "size": s, "sha256": d} for p, s, d in prepared.manifest]
+            await services.store.put_bytes(f"{prefix}/manifest.json", json.dumps(manifest).encode())
+        except Exception:
+            await services.store.delete_prefix(prefix)
+            raise
+        async with services.pool.acquire() as conn, conn.transaction():
+            await repo.get_dataset(conn, project_id, name, lock=True)
+            existing = await repo.version_by_hash(conn, dataset["id"], prepared.content_hash)
+            if existing is not None:  # the same content arrived twice at once
+                return existing, False
+            row = await repo.insert_version(
+                conn,
+                dataset["id"],
+                id=uuid.uuid4(),
+                format=prepared.report.format,
+                tasks=prepared.report.tasks,
+                uri=files.uri,
+                content_hash=prepared.content_hash,
+                size_bytes=prepared.size_bytes,
+                file_count=len(prepared.manifest),
+                stats=prepared.report.stats,
+                report=prepared.report.to_dict(),
+            )
+        return row, True
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work, True)

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from sse_starlette.sse import EventSourceResponse
+
+from forge_common.states import JobState
+
+from .. import streams
+from ..deps import ConnDep, ServicesDep
+from ..projects import ProjectDep
+from . import repository as repo
+from . import service
+from .schemas import Job, JobCreate, LogLineOut, Logs, Metrics
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201, response_model=Job)
+async def create_job(body: JobCreate, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+    """Create a job as a draft, or queue it at once with ``start: true``."""
+    return Job.of(await service.create_job(conn, services.subjects, project, body))
+
+
+@router.get("", response_model=list[Job])
+async def list_jobs(
+    conn: ConnDep,
+    project: ProjectDep,
+    state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[Job]:
+    return [Job.of(r) for r in await repo.list_jobs(conn, project, state.value if state else None, limit)]
+
+
+@router.get("/{job_id}", response_model=Job)
+async def get_job(job_id: uuid.UUID, conn: ConnDep, project: ProjectDep) -> Job:
+    return Job.of(await service.get_job(conn, project, job_id))
+
+
+@router.post("/{job_id}/start", response_model=Job)
+async def start_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+    """Queue a draft."""
+    return Job.of(await service.start_job(conn, services.subjects, project, job_id))
+
+
+@router.post("/{job_id}/stop", status_code=202, response_model=Job)
+async def stop_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+    """Stop a queued or running job. After at least one completed epoch it ends **stopped** and
+    keeps its best model; before the first epoch it ends **canceled** and keeps nothing."""
+    return Job.of(await service.stop_job(conn, services.subjects, project, job_id))
+
+
+@router.get("/{job_id}/logs", response_model=Logs)
+async def get_logs(
+    job_id: uuid.UUID,
+    conn: ConnDep,
+    project: ProjectDep,
+    after: Annotated[int, Query(ge=0, description="Return lines after this line number")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    attempt: Annotated[int | None, Query(ge=1, description="Default: the latest attempt")] = None,
+) -> Logs:
+    await service.get_job(conn, project, job_id)
+    rows = await repo.logs(conn, job_id, after, limit, attempt)
+    lines = [LogLineOut(**dict(r)) for r in rows]
+    return Logs(lines=lines, next_after=lines[-1].line_no if lines else after)
+
+
+@router.get("/{job_id}/metrics", response_model=Metrics)
+async def get_metrics(job_id: uuid.UUID, conn: ConnDep, project: ProjectDep) -> Metrics:
+    """Step-level and epoch-level metrics of the latest attempt, one row per step / epoch."""
+    job = await service.get_job(conn, project, job_id)
+    rows: dict[str, dict[int, dict[str, int | float]]] = {"step": defaultdict(dict), "epoch": defaultdict(dict)}
+    for r in await repo.metric_points(conn, job_id, job["attempt"]):
+        row = rows[r["scope"]][r["idx"]]
+        row.setdefault(r["scope"], r["idx"])
+        row.setdefault("epoch", r["epoch"])
+        row[r["name"]] = r["value"]
+    return Metrics(steps=[rows["step"][k] for k in sorted(rows["step"])], epochs=[rows["epoch"][k] for k in sorted(rows["epoch"])])
+
+
+@router.get("/{job_id}/events", response_class=EventSourceResponse)
+async def job_events(
+    job_id: uuid.UUID,
+    services: ServicesDep,
+    project: ProjectDep,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """Server-Sent Events: a ``snapshot`` of the job, then every event about it (state changes,
+    step metrics, completed epochs, log lines, registration) from the beginning, or after
+    ``Last-Event-ID`` when resuming. Event names are the event kinds: ``status``, ``metrics``,
+    ``epoch-completed``, ``logs``, ``artifact-uploaded``, ``model-registered``, …"""
+    async with services.pool.acquire() as conn:  # not held while the stream is open
+        job = Job.of(await service.get_job(conn, project, job_id))
+    snapshot = {"event": "snapshot", "data": job.model_dump_json()}
+    source = streams.events(
+        services.js,
+        services.subjects.jobs_stream,
+        services.subjects.all_of_job(job_id),
+        after=streams.parse_last_event_id(last_event_id),
+        first=snapshot,
+    )
+    return EventSourceResponse(source, ping=int(services.settings.sse_ping_seconds))

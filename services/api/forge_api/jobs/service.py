@@ -1,0 +1,141 @@
+"""Creating, starting and stopping jobs. Each change and the event that announces it are written
+in one transaction (the outbox); the scheduler takes it from there."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from forge_common import outbox, telemetry
+from forge_common.errors import Conflict, InvalidInput, NotFound
+from forge_common.events import JobStatusChanged, JobStatusChangedData, JobSubmitted, JobSubmittedData, StopRequested, StopRequestedData
+from forge_common.jobspec import ACCELERATORS, TASK_FORMATS, check_base_model, resolve_hyperparameters
+from forge_common.states import JobState
+from forge_common.subjects import Subjects
+
+from . import repository as repo
+from .schemas import JobCreate
+
+SOURCE = "/forge/api"
+PRODUCER = "api"
+
+
+async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: JobCreate) -> tuple[dict[str, Any], asyncpg.Record]:
+    """Check every reference and fill in every default; the 422 names the field at fault."""
+    dataset, version, latest = await repo.find_dataset_version(conn, project_id, body.dataset.name, body.dataset.version)
+    if dataset is None:
+        raise InvalidInput(f"no dataset named {body.dataset.name!r}", field="dataset.name")
+    if version is None:
+        have = f"its latest version is {latest}" if latest else "it has no versions yet"
+        raise InvalidInput(f"dataset {body.dataset.name!r} has no version {body.dataset.version}; {have}", field="dataset.version")
+    hyperparameters = resolve_hyperparameters(body.task, body.hyperparameters)
+    formats = TASK_FORMATS[body.task]
+    if version["format"] not in formats:
+        raise InvalidInput(
+            f"dataset {body.dataset.name!r} v{body.dataset.version} is {version['format']}; task {body.task.value} needs {' or '.join(formats)}",
+            field="dataset",
+        )
+    check_base_model(body.task, body.base_model)
+    if body.accelerator not in ACCELERATORS:
+        raise InvalidInput(
+            f"accelerator {body.accelerator!r} is not offered here; available: {', '.join(sorted(ACCELERATORS))}", field="accelerator"
+        )
+    spec = {
+        "name": body.name,
+        "task": body.task.value,
+        "dataset": {
+            "name": body.dataset.name,
+            "version": body.dataset.version,
+            "id": str(version["id"]),
+            "format": version["format"],
+            "uri": version["uri"],
+            "content_hash": version["content_hash"],
+        },
+        "base_model": body.base_model,
+        "hyperparameters": hyperparameters,
+        "accelerator": body.accelerator,
+        "registration": body.registration,
+    }
+    return spec, version
+
+
+async def _announce_queued(conn: asyncpg.Connection, subjects: Subjects, job: asyncpg.Record, previous: JobState | None) -> None:
+    tp = job["traceparent"]
+    submitted = JobSubmitted.of(
+        JobSubmittedData(job_id=job["id"], name=job["name"], task=job["task"], accelerator=job["accelerator"], priority=job["priority"]),
+        source=SOURCE,
+        traceparent=tp,
+    )
+    await outbox.add(conn, subjects, submitted, producer=PRODUCER)
+    await _announce_state(conn, subjects, job, previous)
+
+
+async def _announce_state(conn: asyncpg.Connection, subjects: Subjects, job: asyncpg.Record, previous: JobState | None) -> None:
+    status = JobStatusChanged.of(
+        JobStatusChangedData(job_id=job["id"], name=job["name"], state=JobState(job["state"]), previous_state=previous),
+        source=SOURCE,
+        traceparent=job["traceparent"],
+    )
+    await outbox.add(conn, subjects, status, producer=PRODUCER)
+
+
+async def create_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, body: JobCreate) -> asyncpg.Record:
+    job_id = uuid.uuid4()
+    with telemetry.span("api.create_job", job_id=job_id) as traceparent:
+        spec, version = await resolve_spec(conn, project_id, body)
+        state = JobState.QUEUED if body.start else JobState.DRAFT
+        async with conn.transaction():
+            await repo.insert_job(
+                conn,
+                id=job_id,
+                project_id=project_id,
+                name=body.name,
+                task=body.task.value,
+                spec=spec,
+                dataset_version_id=version["id"],
+                base_model=body.base_model,
+                accelerator=body.accelerator,
+                state=state.value,
+                traceparent=traceparent,
+                total_epochs=spec["hyperparameters"].get("epochs"),
+            )
+            job = await repo.get_job(conn, project_id, job_id)
+            assert job is not None
+            if state is JobState.QUEUED:
+                await _announce_queued(conn, subjects, job, None)
+            else:
+                await _announce_state(conn, subjects, job, None)
+    return job
+
+
+async def get_job(conn: asyncpg.Connection, project_id: uuid.UUID, job_id: uuid.UUID) -> asyncpg.Record:
+    job = await repo.get_job(conn, project_id, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    return job
+
+
+async def start_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID) -> asyncpg.Record:
+    await get_job(conn, project_id, job_id)
+    async with conn.transaction():
+        await repo.queue(conn, job_id)
+        job = await get_job(conn, project_id, job_id)
+        await _announce_queued(conn, subjects, job, JobState.DRAFT)
+    return job
+
+
+async def stop_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID) -> asyncpg.Record:
+    """Queued: it will be canceled. Running: the trainer is asked to stop — after ≥1 completed
+    epoch the job ends stopped with its best model, before that canceled with nothing kept."""
+    job = await get_job(conn, project_id, job_id)
+    async with conn.transaction():
+        if not await repo.request_stop(conn, job_id):
+            state = (await get_job(conn, project_id, job_id))["state"]
+            if state == JobState.DRAFT:
+                raise Conflict("the job is a draft: it has not been started, so there is nothing to stop")
+            raise Conflict(f"the job is already {state}")
+        event = StopRequested.of(StopRequestedData(job_id=job_id), source=SOURCE, traceparent=job["traceparent"])
+        await outbox.add(conn, subjects, event, producer=PRODUCER)
+    return await get_job(conn, project_id, job_id)

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal
+
+import asyncpg
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import RedirectResponse, StreamingResponse
+from pydantic import BaseModel
+
+from forge_common.errors import NotFound
+
+from ..deps import ConnDep, ServicesDep
+from ..projects import ProjectDep
+from . import repository as repo
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+class Model(BaseModel):
+    name: str
+    versions: int
+    latest_version: int | None
+    created_at: datetime
+
+
+class ModelVersion(BaseModel):
+    name: str
+    version: int
+    job_id: uuid.UUID
+    job_state: str
+    attempt: int
+    dataset: dict[str, Any] | None
+    base_model: str | None
+    weights_uri: str | None
+    onnx_uri: str | None
+    artifacts_uri: str
+    metrics: dict[str, Any]
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: asyncpg.Record) -> ModelVersion:
+        ds = row["dataset"]
+        return cls(
+            name=row["model_name"],
+            version=row["version"],
+            job_id=row["job_id"],
+            job_state=row["job_state"],
+            attempt=row["attempt"],
+            dataset={"name": ds["name"], "version": ds["version"]} if ds else None,
+            base_model=row["base_model"],
+            weights_uri=row["weights_uri"],
+            onnx_uri=row["onnx_uri"],
+            artifacts_uri=row["artifacts_uri"],
+            metrics=row["metrics"],
+            created_at=row["created_at"],
+        )
+
+
+@router.get("", response_model=list[Model])
+async def list_models(conn: ConnDep, project: ProjectDep) -> list[Model]:
+    return [Model(**dict(r)) for r in await repo.list_models(conn, project)]
+
+
+@router.get("/{name}/versions", response_model=list[ModelVersion])
+async def list_versions(name: str, conn: ConnDep, project: ProjectDep) -> list[ModelVersion]:
+    if not await repo.model_exists(conn, project, name):
+        raise NotFound(f"no model named {name!r}")
+    return [ModelVersion.of(r) for r in await repo.list_versions(conn, project, name)]
+
+
+@router.get("/{name}/versions/{version}", response_model=ModelVersion)
+async def get_version(name: str, version: Annotated[int, Path(ge=1)], conn: ConnDep, project: ProjectDep) -> ModelVersion:
+    row = await repo.get_version(conn, project, name, version)
+    if row is None:
+        raise NotFound(f"model {name!r} has no version {version}")
+    return ModelVersion.of(row)
+
+
+@router.get("/{name}/versions/{version}/download", response_model=None)
+async def download(
+    name: str,
+    version: Annotated[int, Path(ge=1)],
+    services: ServicesDep,
+    project: ProjectDep,
+    file: Annotated[Literal["onnx", "weights"], Query(description="Which file")] = "onnx",
+) -> RedirectResponse | StreamingResponse:
+    """The model file: a redirect to a presigned URL (S3), or streamed by the api (local store)."""
+    async with services.pool.acquire() as conn:
+        row = await repo.get_version(conn, project, name, version)
+    if row is None:
+        raise NotFound(f"model {name!r} has no version {version}")
+    uri = row["onnx_uri"] if file == "onnx" else row["weights_uri"]
+    key = services.store.key_of(uri) if uri else None
+    if key is None:
+        raise NotFound(f"model {name!r} version {version} has no {file} file in this store")
+    if (url := services.store.presigned_url(key)) is not None:
+        return RedirectResponse(url, status_code=307)
+    if await services.store.stat(key) is None:
+        raise NotFound(f"{uri} is missing from object storage")
+    filename = PurePosixPath(key).name
+    return StreamingResponse(
+        services.store.iter_chunks(key),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}-v{version}-{filename}"'},
+    )

@@ -1,0 +1,1 @@
+"""Forge log-relay: follows trainer output, persists logs and metrics, publishes progress events."""

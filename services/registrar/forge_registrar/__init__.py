@@ -1,0 +1,1 @@
+"""Forge registrar: turns uploaded artifacts into model versions."""

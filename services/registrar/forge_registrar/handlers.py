@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from faststream.nats import NatsBroker
+
+from forge_common import bus, telemetry
+from forge_common.events import ArtifactUploaded
+from forge_common.subjects import Subjects
+
+from .service import Registrar
+
+SERVICE = "registrar"
+
+
+def register(broker: NatsBroker, subjects: Subjects, registrar: Registrar) -> None:
+    @broker.subscriber(**bus.durable(subjects, SERVICE, ArtifactUploaded.KIND))
+    async def on_artifact_uploaded(event: ArtifactUploaded) -> None:
+        with telemetry.span("registrar.on_artifact_uploaded", traceparent=event.traceparent, job_id=event.job_id):
+            await registrar.on_artifact_uploaded(event)

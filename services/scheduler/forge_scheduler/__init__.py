@@ -1,0 +1,1 @@
+"""Forge scheduler: queue and admission, executors, stop handling, final states."""

@@ -1,0 +1,177 @@
+"""The scheduler's SQL. It owns job state after queued, attempts, and the run columns of jobs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from forge_common.errors import InvalidTransition
+from forge_common.states import JobState, sources_of
+
+ADMISSION_LOCK = 7_240_551_002
+
+_JOB_COLUMNS = frozenset(
+    {
+        "started_at",
+        "finished_at",
+        "attempt",
+        "total_epochs",
+        "epochs_completed",
+        "progress",
+        "best_metrics",
+        "error",
+        "output_uri",
+    }
+)
+
+
+async def get_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> asyncpg.Record | None:
+    return await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+
+
+async def transition(conn: asyncpg.Connection, job_id: uuid.UUID, target: JobState, **columns: Any) -> asyncpg.Record:
+    """Compare-and-set the job into ``target`` from any state the table allows; raises
+    ``InvalidTransition`` when the job is elsewhere (or another replica moved it first)."""
+    unknown = set(columns) - _JOB_COLUMNS
+    if unknown:
+        raise ValueError(f"not a scheduler-owned column: {sorted(unknown)}")
+    sets = ["state = $2", "updated_at = now()"]
+    args: list[Any] = [job_id, target.value, sources_of(target)]
+    for name, value in columns.items():
+        args.append(value)
+        sets.append(f"{name} = ${len(args)}")
+    row = await conn.fetchrow(
+        f"UPDATE jobs SET {', '.join(sets)} WHERE id = $1 AND state = ANY($3::text[]) RETURNING *",
+        *args,
+    )
+    if row is None:
+        current = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
+        raise InvalidTransition(f"job {job_id} is {current or 'missing'}; it cannot become {target.value}")
+    return row
+
+
+async def lock_admission(conn: asyncpg.Connection) -> None:
+    """Serialise admission decisions across scheduler replicas (held until the transaction ends)."""
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", ADMISSION_LOCK)
+
+
+async def count_running(conn: asyncpg.Connection, accelerator: str) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 'running' AND accelerator = $1", accelerator))
+
+
+async def next_queued(conn: asyncpg.Connection, accelerator: str, limit: int) -> list[asyncpg.Record]:
+    """The head of the queue: priority first, then first come first served."""
+    return await conn.fetch(
+        "SELECT * FROM jobs WHERE state = 'queued' AND accelerator = $1"
+        " ORDER BY priority DESC, queued_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        accelerator,
+        limit,
+    )
+
+
+async def queued_accelerators(conn: asyncpg.Connection) -> list[str]:
+    return [r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]
+
+
+async def insert_attempt(
+    conn: asyncpg.Connection,
+    *,
+    job_id: uuid.UUID,
+    attempt: int,
+    executor: str,
+    run_dir: str,
+    log_uri: str,
+    output_uri: str,
+) -> None:
+    await conn.execute(
+        "INSERT INTO attempts (job_id, attempt, executor, run_dir, log_uri, output_uri) VALUES ($1, $2, $3, $4, $5, $6)",
+        job_id,
+        attempt,
+        executor,
+        run_dir,
+        log_uri,
+        output_uri,
+    )
+
+
+async def set_handle(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, pid: int, pid_started: int) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        "UPDATE attempts SET pid = $3, pid_started = $4 WHERE job_id = $1 AND attempt = $2 RETURNING *",
+        job_id,
+        attempt,
+        pid,
+        pid_started,
+    )
+    assert row is not None
+    return row
+
+
+async def open_attempts(conn: asyncpg.Connection, executor: str) -> list[asyncpg.Record]:
+    """Attempts that have not been finished yet (their trainer runs, or ended unnoticed)."""
+    return await conn.fetch(
+        "SELECT * FROM attempts WHERE finished_at IS NULL AND executor = $1 ORDER BY started_at",
+        executor,
+    )
+
+
+async def get_attempt(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int) -> asyncpg.Record | None:
+    return await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = $2", job_id, attempt)
+
+
+async def mark_stop(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, kill_after: datetime) -> asyncpg.Record | None:
+    """Record the stop on the attempt once (a repeated Stop does not extend the deadline)."""
+    return await conn.fetchrow(
+        "UPDATE attempts SET stop_requested_at = COALESCE(stop_requested_at, now()),"
+        " kill_after = COALESCE(kill_after, $3) WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL RETURNING *",
+        job_id,
+        attempt,
+        kill_after,
+    )
+
+
+async def finish_attempt(
+    conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, *, exit_code: int | None, outcome: str
+) -> bool:
+    status = await conn.execute(
+        "UPDATE attempts SET finished_at = now(), exit_code = $3, outcome = $4"
+        " WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL",
+        job_id,
+        attempt,
+        exit_code,
+        outcome,
+    )
+    return status.endswith(" 1")
+
+
+async def record_epoch(
+    conn: asyncpg.Connection,
+    job_id: uuid.UUID,
+    attempt: int,
+    *,
+    epoch: int,
+    total_epochs: int | None,
+    metrics: dict[str, float],
+    is_best: bool,
+) -> asyncpg.Record | None:
+    """Fold an epoch into the job's progress (idempotent, order-independent)."""
+    return await conn.fetchrow(
+        """
+        UPDATE jobs SET
+            epochs_completed = GREATEST(epochs_completed, $3),
+            total_epochs = COALESCE($4, total_epochs),
+            progress = LEAST(1.0, GREATEST(progress, $3::double precision / GREATEST(COALESCE($4, total_epochs, $3), 1))),
+            best_metrics = CASE WHEN $5 AND $3 >= epochs_completed THEN $6::jsonb ELSE best_metrics END,
+            updated_at = now()
+        WHERE id = $1 AND attempt = $2 AND state = 'running'
+        RETURNING *
+        """,
+        job_id,
+        attempt,
+        epoch,
+        total_epochs,
+        is_best,
+        metrics,
+    )

@@ -1,0 +1,1 @@
+"""Forge's built-in trainers, written against the public Trainer SDK only."""
