@@ -90,7 +90,8 @@ class Run:
         self.work_dir = Path(env.work_dir or tempfile.mkdtemp(prefix="forge-run-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._out = stdout or sys.stdout
-        self._lock = threading.Lock()
+        # re-entrant: the SIGTERM handler logs from the main thread, possibly inside _emit
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._stop_reason: str | None = None
         self._finished = False

@@ -7,9 +7,11 @@ written, one by one, to paths built from the checked names.
 
 from __future__ import annotations
 
+import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -45,6 +47,15 @@ def _check_name(raw: str) -> str | None:
     return "/".join(parts)
 
 
+def _unique(members: list[Member]) -> None:
+    seen: set[str] = set()
+    for m in members:
+        key = m.name.lower()
+        if key in seen:
+            raise InvalidInput(f"archive has the file {m.name!r} twice", field="file")
+        seen.add(key)
+
+
 def _within(limits: Limits, count: int, total: int) -> None:
     if count > limits.max_files:
         raise InvalidInput(f"archive has more than {limits.max_files} files", field="file")
@@ -58,6 +69,8 @@ def kind_of(path: Path) -> str:
     try:
         if tarfile.is_tarfile(path):
             return "tar"
+    except (EOFError, zlib.error) as exc:
+        raise InvalidInput(f"the archive is damaged: {exc}", field="file") from None
     except (OSError, tarfile.TarError):
         pass
     raise InvalidInput("the upload is not a .zip, .tar or .tar.gz archive", field="file")
@@ -67,15 +80,14 @@ def _zip_members(zf: zipfile.ZipFile, limits: Limits) -> list[tuple[Member, zipf
     out = []
     total = 0
     for info in zf.infolist():
-        mode = info.external_attr >> 16
-        if info.is_dir():
-            _check_name(info.filename)
-            continue
-        if stat.S_ISLNK(mode):
-            raise InvalidInput(f"archive member {info.filename!r} is a link; links are not allowed", field="file")
-        if mode and not stat.S_ISREG(mode):
-            raise InvalidInput(f"archive member {info.filename!r} is not a regular file", field="file")
+        kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the archiver recorded no file type
         name = _check_name(info.filename)
+        if info.is_dir():
+            continue
+        if kind == stat.S_IFLNK:
+            raise InvalidInput(f"archive member {info.filename!r} is a link; links are not allowed", field="file")
+        if kind and kind != stat.S_IFREG:
+            raise InvalidInput(f"archive member {info.filename!r} is not a regular file", field="file")
         if name is None:
             continue
         total += info.file_size
@@ -88,14 +100,13 @@ def _tar_members(tf: tarfile.TarFile, limits: Limits) -> list[tuple[Member, tarf
     out = []
     total = 0
     for info in tf:
+        name = _check_name(info.name)
         if info.isdir():
-            _check_name(info.name)
             continue
         if info.issym() or info.islnk():
             raise InvalidInput(f"archive member {info.name!r} is a link; links are not allowed", field="file")
         if not info.isreg():
             raise InvalidInput(f"archive member {info.name!r} is not a regular file", field="file")
-        name = _check_name(info.name)
         if name is None:
             continue
         total += info.size
@@ -116,18 +127,22 @@ def _copy(src: IO[bytes], out: IO[bytes], member: Member, budget: int) -> int:
 
 
 def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
-    """Check every member, then write the regular files under ``dest``; returns what was written."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Check every member, then write the regular files under ``dest``; returns what was written.
+    A refused or damaged archive leaves ``dest`` empty."""
+    try:
+        return _extract(path, dest, limits)
+    except InvalidInput:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+
+
+def _extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
     kind = kind_of(path)
-    seen: set[str] = set()
+    dest.mkdir(parents=True, exist_ok=True)
     written: list[Member] = []
     total = 0
 
     def target(member: Member) -> Path:
-        key = member.name.lower()
-        if key in seen:
-            raise InvalidInput(f"archive has the file {member.name!r} twice", field="file")
-        seen.add(key)
         out = dest / member.name
         out.parent.mkdir(parents=True, exist_ok=True)
         return out
@@ -136,6 +151,7 @@ def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
         if kind == "zip":
             with zipfile.ZipFile(path) as zf:
                 members = _zip_members(zf, limits)
+                _unique([m for m, _ in members])
                 for member, info in members:
                     with zf.open(info) as src, open(target(member), "wb") as out:
                         total += _copy(src, out, member, limits.max_bytes - total)
@@ -143,6 +159,7 @@ def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
         else:
             with tarfile.open(path, mode="r:*") as tf:
                 tar_members = _tar_members(tf, limits)
+                _unique([m for m, _ in tar_members])
                 for member, tinfo in tar_members:
                     src = tf.extractfile(tinfo)
                     if src is None:
@@ -150,8 +167,6 @@ def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
                     with src, open(target(member), "wb") as out:
                         total += _copy(src, out, member, limits.max_bytes - total)
                     written.append(member)
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, EOFError) and exc.errno is not None:
-            raise
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as exc:
         raise InvalidInput(f"the archive is damaged: {exc}", field="file") from None
     return written

@@ -1,0 +1,164 @@
+"""The api against a real PostgreSQL, a real JetStream server and the local object store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from forge_common.events import decode
+from forge_common.settings import CommonSettings
+from forge_common.subjects import Subjects
+
+from .conftest import collect, tar_of, upload
+
+SPEC: dict[str, Any] = {
+    "name": "shapes-vit",
+    "task": "classification",
+    "dataset": {"name": "shapes", "version": 1},
+    "base_model": "timm/test_vit",
+    "hyperparameters": {"epochs": 2, "imgsz": 32},
+}
+
+
+async def test_health_and_readiness(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/healthz")).json() == {"status": "ok"}
+    ready = await api.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == {"status": "ok", "nats": True, "database": True}
+    assert "/v1/jobs" in (await api.get("/openapi.json")).json()["paths"]
+
+
+async def test_uploading_a_dataset_makes_an_immutable_content_addressed_version(api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings) -> None:
+    data = tar_of(sample_dataset)
+    first = await upload(api, "shapes", data)
+    assert first.status_code == 201, first.text
+    v = first.json()
+    assert (v["version"], v["format"], v["tasks"], v["file_count"]) == (1, "imagenet-folder", ["classification"], 60)
+    assert v["stats"]["num_classes"] == 3 and v["created"] is True
+    stored = Path(v["uri"].removeprefix("file://"))
+    assert stored.is_relative_to(common_settings.objects_dir) and len(list(stored.rglob("*.png"))) == 60
+    again = await upload(api, "shapes", data, "same-content.tar.gz")
+    assert again.status_code == 200 and again.json()["version"] == 1 and again.json()["created"] is False
+    listed = (await api.get("/v1/datasets/shapes/versions")).json()
+    assert [x["version"] for x in listed] == [1]
+    assert (await api.get("/v1/datasets/shapes/versions/1")).json()["content_hash"] == v["content_hash"]
+
+
+async def test_changed_content_is_the_next_version(api: httpx.AsyncClient, sample_dataset: Path, tmp_path: Path) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sample_dataset, copy)
+    Image.new("RGB", (32, 32), (1, 2, 3)).save(copy / "circle" / "extra.png")
+    second = await upload(api, "shapes", tar_of(copy))
+    assert second.status_code == 201 and second.json()["version"] == 2
+    assert (await api.get("/v1/datasets")).json()[0]["latest_version"] == 2
+
+
+async def test_a_rejected_upload_stores_nothing_and_names_the_file(api: httpx.AsyncClient, tmp_path: Path, common_settings: CommonSettings) -> None:
+    for cls in ("cat", "dog"):
+        (tmp_path / "d" / cls).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / "d" / cls / "ok.png")
+    (tmp_path / "d" / "dog" / "bad.png").write_bytes(b"garbage")
+    response = await upload(api, "pets", tar_of(tmp_path / "d"))
+    assert response.status_code == 422
+    body = response.json()
+    assert body["type"] == "invalid_input" and body["detail"].startswith("dog/bad.png: unreadable or corrupt image")
+    assert body["report"]["errors"][0]["file"] == "dog/bad.png"
+    assert (await api.get("/v1/datasets/pets/versions")).json() == []
+    assert not list(common_settings.objects_dir.rglob("*.png"))
+
+
+async def test_dataset_errors_are_4xx_with_a_message(api: httpx.AsyncClient) -> None:
+    missing = await api.post("/v1/datasets/nope/versions", files={"file": ("a.zip", b"x")})
+    assert missing.status_code == 404 and missing.json() == {"type": "not_found", "detail": "no dataset named 'nope'", "field": "name"}
+    await api.post("/v1/datasets", json={"name": "d"})
+    dup = await api.post("/v1/datasets", json={"name": "d"})
+    assert dup.status_code == 409 and "already exists" in dup.json()["detail"]
+    bad_name = await api.post("/v1/datasets", json={"name": "no spaces allowed"})
+    assert bad_name.status_code == 422 and bad_name.json()["field"] == "name"
+    not_archive = await api.post("/v1/datasets/d/versions", files={"file": ("a.zip", b"plain text")})
+    assert not_archive.status_code == 422 and "not a .zip" in not_archive.json()["detail"]
+    empty = await api.post("/v1/datasets/d/versions", files={"file": ("a.zip", b"")})
+    assert empty.status_code == 422 and "empty" in empty.json()["detail"]
+    no_file = await api.post("/v1/datasets/d/versions")
+    assert no_file.status_code == 422 and no_file.json()["field"] == "file"
+
+
+async def test_creating_and_starting_a_job_publishes_its_events(
+    api: httpx.AsyncClient, sample_dataset: Path, js: Any, common_settings: CommonSettings
+) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    created = await api.post("/v1/jobs", json=SPEC)
+    assert created.status_code == 201, created.text
+    job = created.json()
+    assert job["state"] == "draft" and job["progress"] == 0
+    assert job["hyperparameters"]["epochs"] == 2 and job["hyperparameters"]["batch"] == 16  # defaults filled in
+    started = await api.post(f"/v1/jobs/{job['id']}/start")
+    assert started.status_code == 200 and started.json()["state"] == "queued"
+    again = await api.post(f"/v1/jobs/{job['id']}/start")
+    assert again.status_code == 409 and again.json()["detail"] == "only a draft can be started; this job is queued"
+    subjects = Subjects(common_settings.bus_prefix)
+    events = [decode(m.data) for m in await collect(js, subjects.all_of_job(job["id"]), 3)]
+    assert [e.type for e in events] == ["forge.job.status-changed", "forge.job.submitted", "forge.job.status-changed"]
+    assert [e.data.state for e in events if e.KIND == "status"] == ["draft", "queued"]
+    assert (await api.get(f"/v1/jobs/{job['id']}")).json()["state"] == "queued"
+    assert [j["id"] for j in (await api.get("/v1/jobs", params={"state": "queued"})).json()] == [job["id"]]
+
+
+async def test_invalid_jobs_get_422_naming_the_field(api: httpx.AsyncClient, sample_dataset: Path) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+
+    async def problem(**changes: Any) -> dict[str, Any]:
+        spec = json.loads(json.dumps(SPEC))
+        for key, value in changes.items():
+            if "." in key:
+                a, b = key.split(".")
+                spec[a][b] = value
+            else:
+                spec[key] = value
+        r = await api.post("/v1/jobs", json=spec)
+        assert r.status_code == 422, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    assert (await problem(**{"dataset.name": "unknown"}))["field"] == "dataset.name"
+    p = await problem(**{"dataset.version": 7})
+    assert p["field"] == "dataset.version" and "latest version is 1" in p["detail"]
+    p = await problem(hyperparameters={"epochs": -1})
+    assert p["field"] == "hyperparameters.epochs"
+    p = await problem(hyperparameters={"learning_rate": 1})
+    assert p["field"] == "hyperparameters.learning_rate" and "Extra inputs" in p["detail"]
+    p = await problem(task="segmentation")
+    assert p["field"] == "task" and "no trainer" in p["detail"]
+    p = await problem(task="painting")
+    assert p["field"] == "task"
+    p = await problem(base_model="timm/does_not_exist")
+    assert p["field"] == "base_model"
+    p = await problem(accelerator="nvidia")
+    assert p["field"] == "accelerator" and "available: cpu" in p["detail"]
+    p = await problem(surprise=True)
+    assert p["field"] == "surprise" and p["detail"] == "surprise: unknown field"
+    r = await api.post("/v1/jobs", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["type"] == "invalid_input"
+
+
+async def test_stop_rules(api: httpx.AsyncClient, sample_dataset: Path) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    draft = (await api.post("/v1/jobs", json=SPEC)).json()
+    r = await api.post(f"/v1/jobs/{draft['id']}/stop")
+    assert r.status_code == 409 and "draft" in r.json()["detail"]
+    queued = (await api.post("/v1/jobs", json={**SPEC, "start": True})).json()
+    r = await api.post(f"/v1/jobs/{queued['id']}/stop")
+    assert r.status_code == 202 and r.json()["stop_requested"] is True
+    assert (await api.post("/v1/jobs/00000000-0000-0000-0000-000000000000/stop")).status_code == 404
+    assert (await api.get("/v1/jobs/not-a-uuid")).status_code == 422
+
+
+async def test_models_endpoints_answer_when_empty(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/v1/models")).json() == []
+    r = await api.get("/v1/models/none/versions")
+    assert r.status_code == 404 and r.json()["detail"] == "no model named 'none'"
