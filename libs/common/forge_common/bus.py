@@ -101,8 +101,7 @@ def durable(subjects: Subjects, service: str, kind: str, *, ack_wait: float = 60
     return {
         "subject": subjects.every(kind),
         "stream": JStream(subjects.jobs_stream, declare=False),
-        "durable": name,
-        "queue": name,
+        "queue": name,  # nats-py makes the deliver group's name the durable name too
         "config": ConsumerConfig(
             durable_name=name,
             deliver_group=name,

@@ -204,6 +204,10 @@ class Scheduler:
             await self._status(conn, row, JobState.QUEUED, executor=self.executor.name, log_uri=log_uri, output_uri=output_uri)
         return row, run_dir
 
+    def command_for(self, job: asyncpg.Record) -> list[str]:
+        """The trainer to run for a job: the built-in trainer of its task."""
+        return [self.settings.trainer_python, "-m", TRAINERS[Task(job["task"])]]
+
     def _trainer_env(self, job: asyncpg.Record, run_dir: Path, input_uri: str | None) -> dict[str, str]:
         spec = job["spec"]
         config = {**spec, "job_id": str(job["id"]), "attempt": job["attempt"]}
@@ -224,12 +228,10 @@ class Scheduler:
     async def _launch(self, job: asyncpg.Record, run_dir: Path) -> None:
         async with self.pool.acquire() as conn:
             input_uri = await conn.fetchval("SELECT uri FROM dataset_versions WHERE id = $1", job["dataset_version_id"])
-        module = TRAINERS.get(Task(job["task"]))
-        command = [self.settings.trainer_python, "-m", module] if module else ["false"]
         spec = LaunchSpec(
             job_id=str(job["id"]),
             attempt=job["attempt"],
-            command=command,
+            command=self.command_for(job),
             env=self._trainer_env(job, run_dir, input_uri),
             run_dir=run_dir,
         )

@@ -1,0 +1,198 @@
+"""The scheduler against a real database and bus, with small SDK trainers instead of real ones."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from forge_common.events import ArtifactUploaded, EpochCompleted, EpochCompletedData, decode
+from forge_common.outbox import OutboxRelay
+from forge_common.settings import CommonSettings
+from forge_common.storage import open_store
+from forge_common.subjects import Subjects
+from forge_scheduler.executors.local import LocalExecutor
+from forge_scheduler.service import Scheduler
+from forge_scheduler.settings import SchedulerSettings
+
+from .conftest import collect
+from .helpers import insert_job
+
+TRAINER = """
+import os, sys, time, forge_sdk
+epochs = int(os.environ.get("EPOCHS", "2"))
+step_seconds = float(os.environ.get("STEP_SECONDS", "0.01"))
+with forge_sdk.init() as run:
+    run.start(epochs, steps_per_epoch=5)
+    step = 0
+    for epoch in range(1, epochs + 1):
+        for _ in range(5):
+            step += 1
+            time.sleep(step_seconds)
+            run.report(step, epoch=epoch, loss=1 / step)
+            if run.should_stop():
+                break
+        if run.should_stop():
+            break
+        best = run.output.put_bytes("model.pt", b"weights")
+        run.epoch_completed(epoch, {"acc": epoch / epochs}, is_best=True)
+"""
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, lambda *a: print("ignoring SIGTERM", flush=True))
+print("started", flush=True)
+time.sleep(120)
+"""
+
+
+class ScriptScheduler(Scheduler):
+    script = TRAINER
+
+    def command_for(self, job: asyncpg.Record) -> list[str]:
+        return [sys.executable, "-c", self.script]
+
+
+@pytest.fixture
+def make_scheduler(pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path: Path) -> Any:
+    def make(script: str = TRAINER, **settings: Any) -> ScriptScheduler:
+        s = ScriptScheduler(
+            pool,
+            open_store(common_settings),
+            LocalExecutor(tmp_path / "runs"),
+            Subjects(common_settings.bus_prefix),
+            SchedulerSettings(**{"poll_seconds": 0.05, **settings}),
+            common_settings,
+        )
+        s.script = script
+        return s
+
+    return make
+
+
+async def queued_job(pool: asyncpg.Pool, name: str = "job") -> uuid.UUID:
+    async with pool.acquire() as conn:
+        return await insert_job(conn, state="queued", name=name, attempt=0)
+
+
+async def state_of(pool: asyncpg.Pool, job_id: uuid.UUID) -> asyncpg.Record:
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
+        assert row is not None
+        return row
+
+
+async def run_until(scheduler: Scheduler, pool: asyncpg.Pool, job_id: uuid.UUID, states: set[str], timeout: float = 30) -> asyncpg.Record:
+    async with asyncio.timeout(timeout):
+        while True:
+            await scheduler.check_running()
+            row = await state_of(pool, job_id)
+            if row["state"] in states:
+                return row
+            await asyncio.sleep(0.05)
+
+
+async def test_one_slot_runs_one_job_and_the_next_waits(make_scheduler: Any, pool: asyncpg.Pool, js: Any, common_settings: CommonSettings) -> None:
+    scheduler = make_scheduler()
+    first, second = await queued_job(pool, "first"), await queued_job(pool, "second")
+    assert await scheduler.admit() == [first]
+    assert (await state_of(pool, first))["state"] == "running"
+    assert (await state_of(pool, second))["state"] == "queued"
+    assert await scheduler.admit() == []  # still no free slot
+    done = await run_until(scheduler, pool, first, {"succeeded"})
+    assert done["progress"] == 1.0 and done["epochs_completed"] == 2
+    assert (await state_of(pool, second))["state"] == "running"  # admitted as the slot freed
+    await run_until(scheduler, pool, second, {"succeeded"})
+    subjects = Subjects(common_settings.bus_prefix)
+    await OutboxRelay(pool, js, producer="scheduler").drain()
+    (uploaded,) = [decode(m.data) for m in await collect(js, subjects.job(first, "artifact-uploaded"), 1)]
+    assert isinstance(uploaded, ArtifactUploaded) and uploaded.data.outcome == "succeeded"
+    assert uploaded.data.uri.endswith(f"/jobs/{first}/1")
+
+
+async def test_two_replicas_never_start_a_job_twice(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    a, b = make_scheduler(cpu_slots=2), make_scheduler(cpu_slots=2)
+    jobs = [await queued_job(pool, f"j{i}") for i in range(5)]
+    started_a, started_b = await asyncio.gather(a.admit(), b.admit())
+    assert len(started_a) + len(started_b) == 2 and not set(started_a) & set(started_b)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM attempts") == 2
+        assert await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 'running'") == 2
+    for job in jobs:
+        await run_until(a, pool, job, {"succeeded"}, timeout=60)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM attempts") == 5
+
+
+async def test_stop_while_queued_cancels_at_once(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(cpu_slots=0)
+    job = await queued_job(pool)
+    await scheduler.request_stop(job)
+    row = await state_of(pool, job)
+    assert row["state"] == "canceled" and row["attempt"] == 0
+
+
+async def test_stop_after_an_epoch_keeps_the_run_stopped(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    import os
+
+    os.environ["STEP_SECONDS"], os.environ["EPOCHS"] = "0.05", "50"
+    try:
+        scheduler = make_scheduler()
+        job = await queued_job(pool)
+        await scheduler.admit()
+        async with pool.acquire() as conn:
+            attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
+        log = Path(attempt["run_dir"]) / "output.log"
+        async with asyncio.timeout(30):
+            while '"kind":"epoch"' not in log.read_text():
+                await asyncio.sleep(0.05)
+        await scheduler.record_epoch(EpochCompleted.of(EpochCompletedData(job_id=job, epoch=1, total_epochs=50, metrics={"acc": 0.02}, is_best=True), source="test"))
+        await scheduler.request_stop(job)
+        row = await run_until(scheduler, pool, job, {"stopped", "canceled", "failed"})
+        assert row["state"] == "stopped" and row["epochs_completed"] >= 1
+    finally:
+        del os.environ["STEP_SECONDS"], os.environ["EPOCHS"]
+
+
+async def test_a_trainer_that_ignores_stop_is_killed_at_the_deadline(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(script=STUBBORN, stop_grace_seconds=0.5)
+    job = await queued_job(pool)
+    await scheduler.admit()
+    async with pool.acquire() as conn:
+        attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
+    log = Path(attempt["run_dir"]) / "output.log"
+    async with asyncio.timeout(20):
+        while "started" not in log.read_text():
+            await asyncio.sleep(0.05)
+    await scheduler.request_stop(job)
+    row = await run_until(scheduler, pool, job, {"canceled", "stopped", "failed"}, timeout=20)
+    assert row["state"] == "canceled"  # no epoch completed: nothing is kept
+    assert "ignoring SIGTERM" in log.read_text()
+
+
+async def test_a_crash_fails_with_the_exit_code_and_last_error(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(script="import sys; print('loading'); print('KeyError: missing column', file=sys.stderr); sys.exit(3)")
+    job = await queued_job(pool)
+    await scheduler.admit()
+    row = await run_until(scheduler, pool, job, {"failed"})
+    assert row["error"] == {"reason": "trainer_crash", "message": "the trainer exited with code 3: KeyError: missing column", "hint": "see the job's logs for the traceback"}
+
+
+async def test_a_restarted_scheduler_reattaches_to_a_running_trainer(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    import os
+
+    os.environ["STEP_SECONDS"] = "0.05"
+    try:
+        first = make_scheduler()
+        job = await queued_job(pool)
+        await first.admit()
+        second = make_scheduler()  # a new process knows only what the database says
+        row = await run_until(second, pool, job, {"succeeded", "failed"})
+        assert row["state"] == "succeeded"
+    finally:
+        del os.environ["STEP_SECONDS"]
