@@ -70,7 +70,7 @@ def _server_answers(url: str) -> bool:
     async def probe() -> bool:
         try:
             conn = await asyncpg.connect(url, timeout=3)
-        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, asyncpg.PostgresError):
             return False
         await conn.close()
         return True

@@ -61,7 +61,9 @@ class Stack:
     def log(self, module: str) -> str:
         return (self.home / "logs" / f"{module}.log").read_text(errors="replace")
 
-    def submit(self, name: str, base_model: str = "timm/test_vit", dataset: str = "shapes", start: bool = True, **hyperparameters: Any) -> dict[str, Any]:
+    def submit(
+        self, name: str, base_model: str = "timm/test_vit", dataset: str = "shapes", start: bool = True, **hyperparameters: Any
+    ) -> dict[str, Any]:
         body = {
             "name": name,
             "task": "classification",

@@ -176,3 +176,21 @@ def test_a_broken_dataset_fails_the_job_naming_the_file(stack: Stack, sample_dat
     assert done["state"] == "failed"
     assert done["error"]["reason"] == "dataset_error"
     assert victim.name in done["error"]["message"]
+
+
+def test_killing_the_scheduler_and_the_log_relay_mid_run_loses_nothing(stack: Stack) -> None:
+    job = slow_job(stack, "survives-restarts", epochs=3)
+    stack.wait_event(job["id"], "epoch-completed", lambda d: d["data"]["epoch"] == 1)
+    stack.stop("forge_scheduler", signal.SIGKILL)
+    stack.stop("forge_log_relay", signal.SIGKILL)
+    time.sleep(1.0)  # the trainer keeps going with nobody watching
+    stack.start("forge_scheduler")
+    stack.start("forge_log_relay")
+    done = stack.wait_state(job["id"], {"succeeded", "stopped", "canceled", "failed"})
+    assert done["state"] == "succeeded", done
+    assert done["epochs_completed"] == 3 and done["attempt"] == 1
+    metrics = stack.client.get(f"/v1/jobs/{job['id']}/metrics")
+    assert [e["epoch"] for e in metrics["epochs"]] == [1, 2, 3]
+    steps = [s["step"] for s in metrics["steps"]]
+    assert steps == list(range(1, 3 * 36 + 1))  # 144 training images, batch 4: every step once
+    stack.wait_model(job["id"])

@@ -31,7 +31,9 @@ async def test_health_and_readiness(api: httpx.AsyncClient) -> None:
     assert "/v1/jobs" in (await api.get("/openapi.json")).json()["paths"]
 
 
-async def test_uploading_a_dataset_makes_an_immutable_content_addressed_version(api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings) -> None:
+async def test_uploading_a_dataset_makes_an_immutable_content_addressed_version(
+    api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings
+) -> None:
     data = tar_of(sample_dataset)
     first = await upload(api, "shapes", data)
     assert first.status_code == 201, first.text
@@ -59,7 +61,9 @@ async def test_changed_content_is_the_next_version(api: httpx.AsyncClient, sampl
     assert (await api.get("/v1/datasets")).json()[0]["latest_version"] == 2
 
 
-async def test_a_rejected_upload_stores_nothing_and_names_the_file(api: httpx.AsyncClient, tmp_path: Path, common_settings: CommonSettings) -> None:
+async def test_a_rejected_upload_stores_nothing_and_names_the_file(
+    api: httpx.AsyncClient, tmp_path: Path, common_settings: CommonSettings
+) -> None:
     for cls in ("cat", "dog"):
         (tmp_path / "d" / cls).mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(tmp_path / "d" / cls / "ok.png")

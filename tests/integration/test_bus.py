@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any
 
@@ -154,7 +153,11 @@ async def test_poison_messages_go_to_the_dead_letter_subject(js: Any, common_set
     broker = await run_consumer(common_settings, refuses)
     try:
         await bus.publish(js, subjects, submitted())
-        await js.publish(f"{subjects.prefix}.job.{uuid.uuid4()}.submitted", b'{"type": "forge.job.submitted", "data": {}}', headers={"Nats-Msg-Id": "bad-1"})
+        await js.publish(
+            f"{subjects.prefix}.job.{uuid.uuid4()}.submitted",
+            b'{"type": "forge.job.submitted", "data": {}}',
+            headers={"Nats-Msg-Id": "bad-1"},
+        )
         await js.publish(f"{subjects.prefix}.job.{uuid.uuid4()}.submitted", b"not json at all", headers={"Nats-Msg-Id": "bad-2"})
         dead = await collect(js, subjects.dlq(subjects.durable("test", "submitted")), 3, timeout=15)
         errors = sorted(m.headers["Forge-Error"].split(":")[0] for m in dead)

@@ -81,7 +81,9 @@ async def test_output_becomes_events_and_rows(pool: asyncpg.Pool, js: Any, commo
     await relay.close()
 
 
-async def test_a_restarted_relay_continues_without_duplicates(pool: asyncpg.Pool, js: Any, common_settings: CommonSettings, tmp_path: Path) -> None:
+async def test_a_restarted_relay_continues_without_duplicates(
+    pool: asyncpg.Pool, js: Any, common_settings: CommonSettings, tmp_path: Path
+) -> None:
     subjects = Subjects(common_settings.bus_prefix)
     log = tmp_path / "output.log"
     lines = lines_for(3)

@@ -77,7 +77,9 @@ async def test_versions_increase_per_name_and_registering_twice_is_a_no_op(pool:
     assert versions == [1, 2]
 
 
-async def test_nothing_to_register_and_manual_registration_register_nothing(pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path: Path) -> None:
+async def test_nothing_to_register_and_manual_registration_register_nothing(
+    pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path: Path
+) -> None:
     store = open_store(common_settings)
     registrar = Registrar(pool, Subjects(common_settings.bus_prefix), None)
     empty = store.location("jobs/d/1")

@@ -97,7 +97,9 @@ async def run_until(scheduler: Scheduler, pool: asyncpg.Pool, job_id: uuid.UUID,
             await asyncio.sleep(0.05)
 
 
-async def test_one_slot_runs_one_job_and_the_next_waits(make_scheduler: Any, pool: asyncpg.Pool, js: Any, common_settings: CommonSettings) -> None:
+async def test_one_slot_runs_one_job_and_the_next_waits(
+    make_scheduler: Any, pool: asyncpg.Pool, js: Any, common_settings: CommonSettings
+) -> None:
     scheduler = make_scheduler()
     first, second = await queued_job(pool, "first"), await queued_job(pool, "second")
     assert await scheduler.admit() == [first]
@@ -151,7 +153,9 @@ async def test_stop_after_an_epoch_keeps_the_run_stopped(make_scheduler: Any, po
         async with asyncio.timeout(30):
             while '"kind":"epoch"' not in log.read_text():
                 await asyncio.sleep(0.05)
-        await scheduler.record_epoch(EpochCompleted.of(EpochCompletedData(job_id=job, epoch=1, total_epochs=50, metrics={"acc": 0.02}, is_best=True), source="test"))
+        await scheduler.record_epoch(
+            EpochCompleted.of(EpochCompletedData(job_id=job, epoch=1, total_epochs=50, metrics={"acc": 0.02}, is_best=True), source="test")
+        )
         await scheduler.request_stop(job)
         row = await run_until(scheduler, pool, job, {"stopped", "canceled", "failed"})
         assert row["state"] == "stopped" and row["epochs_completed"] >= 1
@@ -180,7 +184,11 @@ async def test_a_crash_fails_with_the_exit_code_and_last_error(make_scheduler: A
     job = await queued_job(pool)
     await scheduler.admit()
     row = await run_until(scheduler, pool, job, {"failed"})
-    assert row["error"] == {"reason": "trainer_crash", "message": "the trainer exited with code 3: KeyError: missing column", "hint": "see the job's logs for the traceback"}
+    assert row["error"] == {
+        "reason": "trainer_crash",
+        "message": "the trainer exited with code 3: KeyError: missing column",
+        "hint": "see the job's logs for the traceback",
+    }
 
 
 async def test_a_restarted_scheduler_reattaches_to_a_running_trainer(make_scheduler: Any, pool: asyncpg.Pool) -> None:

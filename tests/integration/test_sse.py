@@ -36,7 +36,9 @@ async def server(common_settings: CommonSettings) -> AsyncIterator[str]:
     await task
 
 
-async def read_events(client: httpx.AsyncClient, url: str, count: int, headers: dict[str, str] | None = None) -> list[tuple[str, str | None, Any]]:
+async def read_events(
+    client: httpx.AsyncClient, url: str, count: int, headers: dict[str, str] | None = None
+) -> list[tuple[str, str | None, Any]]:
     out: list[tuple[str, str | None, Any]] = []
     async with client.stream("GET", url, headers=headers or {}) as response:
         assert response.status_code == 200
@@ -68,7 +70,13 @@ async def test_late_joiners_get_history_then_live_and_resume_without_gaps(
         job = (
             await client.post(
                 "/v1/jobs",
-                json={"name": "j", "task": "classification", "dataset": {"name": "shapes", "version": 1}, "base_model": "timm/test_vit", "start": True},
+                json={
+                    "name": "j",
+                    "task": "classification",
+                    "dataset": {"name": "shapes", "version": 1},
+                    "base_model": "timm/test_vit",
+                    "start": True,
+                },
             )
         ).json()
         job_id = uuid.UUID(job["id"])
@@ -76,12 +84,20 @@ async def test_late_joiners_get_history_then_live_and_resume_without_gaps(
         try:
             await collect(js, subjects.all_of_job(job_id), 2)  # the api's outbox has published the job's first events
             for step in range(1, 4):  # history: three steps before anyone listens
-                await bus.publish(js, subjects, MetricsReported.of(MetricsReportedData(job_id=job_id, step=step, epoch=1, metrics={"loss": 1 / step}), source="test"))
+                await bus.publish(
+                    js,
+                    subjects,
+                    MetricsReported.of(MetricsReportedData(job_id=job_id, step=step, epoch=1, metrics={"loss": 1 / step}), source="test"),
+                )
             url = f"/v1/jobs/{job_id}/events"
             reader = asyncio.create_task(read_events(client, url, 1 + 2 + 3 + 2))
             await asyncio.sleep(0.5)
             for step in range(4, 6):  # live
-                await bus.publish(js, subjects, MetricsReported.of(MetricsReportedData(job_id=job_id, step=step, epoch=1, metrics={"loss": 1 / step}), source="test"))
+                await bus.publish(
+                    js,
+                    subjects,
+                    MetricsReported.of(MetricsReportedData(job_id=job_id, step=step, epoch=1, metrics={"loss": 1 / step}), source="test"),
+                )
             events = await asyncio.wait_for(reader, 20)
         finally:
             await nc.close()

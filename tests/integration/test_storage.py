@@ -7,7 +7,6 @@ import io
 import urllib.request
 from pathlib import Path
 
-
 import pytest
 
 from forge_common.settings import CommonSettings
@@ -22,7 +21,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     s3: dict[str, str] = request.getfixturevalue("s3_server")
     bucket = f"b{abs(hash(request.node.name)) % 10**8}"
     return open_store(
-        CommonSettings(home=tmp_path, s3_endpoint=s3["endpoint"], s3_access_key=s3["access_key"], s3_secret_key=s3["secret_key"], s3_bucket=bucket)
+        CommonSettings(
+            home=tmp_path, s3_endpoint=s3["endpoint"], s3_access_key=s3["access_key"], s3_secret_key=s3["secret_key"], s3_bucket=bucket
+        )
     )
 
 
@@ -77,7 +78,13 @@ def test_keys_cannot_escape_the_store(tmp_path: Path) -> None:
 
 def test_s3_downloads_use_presigned_urls(s3_server: dict[str, str], tmp_path: Path) -> None:
     store = open_store(
-        CommonSettings(home=tmp_path, s3_endpoint=s3_server["endpoint"], s3_access_key=s3_server["access_key"], s3_secret_key=s3_server["secret_key"], s3_bucket="presign")
+        CommonSettings(
+            home=tmp_path,
+            s3_endpoint=s3_server["endpoint"],
+            s3_access_key=s3_server["access_key"],
+            s3_secret_key=s3_server["secret_key"],
+            s3_bucket="presign",
+        )
     )
     store.store.put_bytes("m/model.onnx", b"onnx-bytes")
     url = store.presigned_url("m/model.onnx")
@@ -97,5 +104,3 @@ def test_an_s3_uri_without_an_endpoint_is_a_clear_error() -> None:
         location_from_uri("s3://bucket/prefix", None)
     with pytest.raises(StorageError, match="unsupported storage URI"):
         location_from_uri("ftp://host/x", S3Config("e", "a", "b"))
-
-

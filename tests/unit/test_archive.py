@@ -83,7 +83,7 @@ def test_zip_symlinks_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "a.zip"
     with zipfile.ZipFile(path, "w") as zf:
         info = zipfile.ZipInfo("a/link.png")
-        info.external_attr = (0o120777 << 16)
+        info.external_attr = 0o120777 << 16
         zf.writestr(info, "/etc/passwd")
     refused(path, tmp_path / "o", "is a link")
 

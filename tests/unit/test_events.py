@@ -23,7 +23,11 @@ from forge_common.subjects import Subjects
 
 
 def submitted() -> JobSubmitted:
-    return JobSubmitted.of(JobSubmittedData(job_id=uuid.uuid4(), name="n", task="classification"), source="/forge/api", traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01")
+    return JobSubmitted.of(
+        JobSubmittedData(job_id=uuid.uuid4(), name="n", task="classification"),
+        source="/forge/api",
+        traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    )
 
 
 def test_an_event_is_a_structured_cloudevent() -> None:

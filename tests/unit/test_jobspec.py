@@ -21,9 +21,9 @@ def test_a_bad_hyperparameter_is_named() -> None:
         resolve_hyperparameters(Task.CLASSIFICATION, {"epochs": 0})
     assert exc.value.field == "hyperparameters.epochs"
     assert "greater than or equal to 1" in exc.value.detail
-    with pytest.raises(InvalidInput, match="hyperparameters.momentum: Extra inputs"):
+    with pytest.raises(InvalidInput, match=r"hyperparameters\.momentum: Extra inputs"):
         resolve_hyperparameters(Task.CLASSIFICATION, {"momentum": 0.9})
-    with pytest.raises(InvalidInput, match="hyperparameters.optimizer"):
+    with pytest.raises(InvalidInput, match=r"hyperparameters\.optimizer"):
         resolve_hyperparameters(Task.CLASSIFICATION, {"optimizer": "lion"})
 
 

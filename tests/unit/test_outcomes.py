@@ -17,7 +17,9 @@ def test_the_trainers_own_outcome_wins() -> None:
 
 def test_stop_after_a_completed_epoch_is_stopped_and_before_is_canceled() -> None:
     for epochs, expected in [(0, JobState.CANCELED), (1, JobState.STOPPED), (4, JobState.STOPPED)]:
-        d = decide_outcome(stop_requested=True, exit_status=CLEAN, result=Outcome(state="stopped", epochs_completed=epochs), epochs_completed=0)
+        d = decide_outcome(
+            stop_requested=True, exit_status=CLEAN, result=Outcome(state="stopped", epochs_completed=epochs), epochs_completed=0
+        )
         assert d.state is expected
     # a trainer claiming "stopped" with no completed epoch cannot keep a model
     d = decide_outcome(stop_requested=True, exit_status=CLEAN, result=Outcome(state="stopped", epochs_completed=0), epochs_completed=0)
@@ -36,7 +38,11 @@ def test_a_crash_fails_with_the_exit_code_and_the_last_error_line() -> None:
         stop_requested=False, exit_status=ExitStatus(returncode=3), result=None, epochs_completed=1, last_error="ValueError: bad shape"
     )
     assert d.state is JobState.FAILED
-    assert d.error == {"reason": "trainer_crash", "message": "the trainer exited with code 3: ValueError: bad shape", "hint": "see the job's logs for the traceback"}
+    assert d.error == {
+        "reason": "trainer_crash",
+        "message": "the trainer exited with code 3: ValueError: bad shape",
+        "hint": "see the job's logs for the traceback",
+    }
 
 
 def test_a_signal_names_itself() -> None:
@@ -58,5 +64,7 @@ def test_a_failure_the_trainer_explains_keeps_its_reason_and_hint() -> None:
 
 
 def test_a_trainer_that_could_not_start_says_so() -> None:
-    d = decide_outcome(stop_requested=False, exit_status=ExitStatus(returncode=127, error="cannot start trainer 'x'"), result=None, epochs_completed=0)
+    d = decide_outcome(
+        stop_requested=False, exit_status=ExitStatus(returncode=127, error="cannot start trainer 'x'"), result=None, epochs_completed=0
+    )
     assert d.state is JobState.FAILED and d.message == "cannot start trainer 'x'"

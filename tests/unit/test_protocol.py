@@ -38,7 +38,9 @@ def test_malformed_records_stay_plain_log_lines() -> None:
 
 
 def test_non_finite_and_non_numeric_metrics_are_dropped() -> None:
-    line = "@@forge " + json.dumps({"kind": "step", "step": 1, "epoch": 1, "metrics": {"loss": float("nan"), "acc": 0.5, "name": "x", "inf": 1e400}})
+    line = "@@forge " + json.dumps(
+        {"kind": "step", "step": 1, "epoch": 1, "metrics": {"loss": float("nan"), "acc": 0.5, "name": "x", "inf": 1e400}}
+    )
     record = parse_line(line)
     assert isinstance(record, Step)
     assert record.metrics == {"acc": 0.5}

@@ -16,7 +16,12 @@ from forge_sdk import Run, TrainerEnv, TrainerError, protocol
 
 def make_run(tmp_path: Path, **env: object) -> tuple[Run, io.StringIO]:
     out = io.StringIO()
-    fields = {"output_dir": str(tmp_path / "out"), "result_file": str(tmp_path / "result.json"), "work_dir": str(tmp_path / "work"), "artifact_id": "m"}
+    fields = {
+        "output_dir": str(tmp_path / "out"),
+        "result_file": str(tmp_path / "result.json"),
+        "work_dir": str(tmp_path / "work"),
+        "artifact_id": "m",
+    }
     fields.update(env)  # type: ignore[arg-type]
     return Run(TrainerEnv(**fields), install_signal_handlers=False, stdout=out), out  # type: ignore[arg-type]
 
@@ -147,7 +152,11 @@ def test_resume_fetches_the_checkpoint_and_trims_the_partial_epoch(tmp_path: Pat
             second.report(step, epoch=2, loss=0.8)
         second.epoch_completed(2, {"acc": 0.6}, is_best=True)
         second.request_stop()
-    steps = [json.loads(line)["step"] for line in (tmp_path / "attempt2" / "history.jsonl").read_text().splitlines() if '"step"' in line and '"kind":"step"' in line]
+    steps = [
+        json.loads(line)["step"]
+        for line in (tmp_path / "attempt2" / "history.jsonl").read_text().splitlines()
+        if '"step"' in line and '"kind":"step"' in line
+    ]
     assert steps == [1, 2, 3, 4]  # no duplicated steps
     assert (tmp_path / "attempt2" / "checkpoints" / "last.pt").exists()
     assert result(tmp_path / "b").state == "stopped"

@@ -46,7 +46,9 @@ class ForgeClient:
         try:
             return self._check(self.http.request(method, path, **kwargs))
         except httpx.TransportError as exc:
-            raise ApiError(0, "unreachable", f"cannot reach the Forge API at {self.base_url} ({exc}); is the stack running? (make up)") from None
+            raise ApiError(
+                0, "unreachable", f"cannot reach the Forge API at {self.base_url} ({exc}); is the stack running? (make up)"
+            ) from None
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})

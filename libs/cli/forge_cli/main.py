@@ -220,7 +220,7 @@ def jobs_list(state: str | None = None, limit: int = 50, api: ApiOption = "http:
 def jobs_show(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
     try:
         with _client(api) as c:
-            _print(c.get(f"/v1/jobs/{job_id}"), output, JOB_COLUMNS + ["best_metrics", "error"])
+            _print(c.get(f"/v1/jobs/{job_id}"), output, [*JOB_COLUMNS, "best_metrics", "error"])
     except ApiError as exc:
         raise _fail(exc) from None
 
@@ -322,7 +322,11 @@ def _watch(c: ForgeClient, job_id: str, output: str) -> int:
                 d = data["data"]
                 total = d.get("total_epochs") or total
                 progress.update(bar, completed=d["epoch"], total=total)
-                progress.console.print(f"epoch {d['epoch']}: " + " ".join(f"{k}={v:.4g}" for k, v in d["metrics"].items()) + (" (best)" if d["is_best"] else ""))
+                progress.console.print(
+                    f"epoch {d['epoch']}: "
+                    + " ".join(f"{k}={v:.4g}" for k, v in d["metrics"].items())
+                    + (" (best)" if d["is_best"] else "")
+                )
             elif event == "model-registered":
                 registered = data["data"]
             if state in TERMINAL:
@@ -380,7 +384,10 @@ def models_download(
     api: ApiOption = "http://127.0.0.1:8000",
 ) -> None:
     try:
-        with _client(api) as c, c.http.stream("GET", f"/v1/models/{name}/versions/{version}/download", params={"file": file}, follow_redirects=True) as r:
+        with (
+            _client(api) as c,
+            c.http.stream("GET", f"/v1/models/{name}/versions/{version}/download", params={"file": file}, follow_redirects=True) as r,
+        ):
             if not r.is_success:
                 r.read()
                 c._check(r)

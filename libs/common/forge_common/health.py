@@ -22,8 +22,14 @@ async def serve(host: str, port: int, ready: Callable[[], Awaitable[bool]]) -> a
                     ok = await asyncio.wait_for(ready(), 5)
             else:
                 ok = path.startswith("/healthz")
-            status, body = ("200 OK", b"ok\n") if ok else (("503 Service Unavailable", b"not ready\n") if path.startswith("/readyz") else ("404 Not Found", b"not found\n"))
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            status, body = (
+                ("200 OK", b"ok\n")
+                if ok
+                else (("503 Service Unavailable", b"not ready\n") if path.startswith("/readyz") else ("404 Not Found", b"not found\n"))
+            )
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+            )
             await writer.drain()
         except (TimeoutError, ConnectionError):
             pass

@@ -56,8 +56,7 @@ class OutboxRelay:
         while True:
             async with self.pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(
-                    "SELECT seq, subject, body, headers FROM outbox WHERE producer = $1"
-                    " ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED",
+                    "SELECT seq, subject, body, headers FROM outbox WHERE producer = $1 ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED",
                     self.producer,
                 )
                 if not rows:

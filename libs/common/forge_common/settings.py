@@ -27,7 +27,9 @@ class CommonSettings(BaseSettings):
         description="PostgreSQL URL; the database is created if missing",
     )
     db_pool_size: int = Field(5, ge=1, le=100, description="Connections per service process")
-    storage_dir: Path | None = Field(None, description="Local object store folder (default: $FORGE_HOME/objects); used when no S3 endpoint is set")
+    storage_dir: Path | None = Field(
+        None, description="Local object store folder (default: $FORGE_HOME/objects); used when no S3 endpoint is set"
+    )
     s3_endpoint: str | None = Field(None, description="S3 API endpoint (host:port or URL); when set, objects go to S3")
     s3_access_key: SecretStr | None = Field(None, description="S3 access key (required with FORGE_S3_ENDPOINT)")
     s3_secret_key: SecretStr | None = Field(None, description="S3 secret key (required with FORGE_S3_ENDPOINT)")

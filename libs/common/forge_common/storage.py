@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO
 
-from forge_sdk.storage import LocalStore, Location, ObjectInfo, S3Config, S3Store, Store, StorageError
+from forge_sdk.storage import LocalStore, Location, ObjectInfo, S3Config, S3Store, StorageError, Store
 
 from .settings import CommonSettings
 
-__all__ = ["ObjectStore", "ObjectInfo", "StorageError", "open_store"]
+__all__ = ["ObjectInfo", "ObjectStore", "StorageError", "open_store"]
 
 
 class ObjectStore:

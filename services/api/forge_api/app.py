@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,8 +21,8 @@ from forge_common.storage import open_store
 from forge_common.subjects import Subjects
 
 from . import health
-from .deps import Services
 from .datasets import endpoints as datasets
+from .deps import Services
 from .jobs import endpoints as jobs
 from .models import endpoints as models
 from .settings import ApiSettings

@@ -163,9 +163,7 @@ class Follower:
         self.offset = offset
         self.line_no = line_no
         self.finishing = asyncio.Event()
-        self.parser = LineParser(
-            job_id, attempt, batch_lines=relay.settings.batch_lines, max_line_bytes=relay.settings.max_line_bytes
-        )
+        self.parser = LineParser(job_id, attempt, batch_lines=relay.settings.batch_lines, max_line_bytes=relay.settings.max_line_bytes)
 
     async def step(self, final: bool) -> bool:
         """Read and relay what is new; returns whether anything was. While the trainer runs only

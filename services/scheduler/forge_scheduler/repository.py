@@ -132,12 +132,9 @@ async def mark_stop(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, k
     )
 
 
-async def finish_attempt(
-    conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, *, exit_code: int | None, outcome: str
-) -> bool:
+async def finish_attempt(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, *, exit_code: int | None, outcome: str) -> bool:
     status = await conn.execute(
-        "UPDATE attempts SET finished_at = now(), exit_code = $3, outcome = $4"
-        " WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL",
+        "UPDATE attempts SET finished_at = now(), exit_code = $3, outcome = $4 WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL",
         job_id,
         attempt,
         exit_code,

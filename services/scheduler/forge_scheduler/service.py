@@ -239,9 +239,7 @@ class Scheduler:
             handle = await asyncio.to_thread(self.executor.launch, spec)
         except OSError as exc:
             log.error("job %s: cannot start the trainer: %s", job["id"], exc)
-            await self.finalize(
-                job["id"], job["attempt"], ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}"), run_dir
-            )
+            await self.finalize(job["id"], job["attempt"], ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}"), run_dir)
             return
         self.handles[(job["id"], job["attempt"])] = handle
         async with self.pool.acquire() as conn:
@@ -388,4 +386,3 @@ class Scheduler:
                 await asyncio.wait_for(stop.wait(), self.settings.poll_seconds)
             except TimeoutError:
                 pass
-

@@ -223,8 +223,12 @@ def train(run: Run) -> None:
     if len(split.classes) < 2:
         raise TrainerError("dataset_error", f"found {len(split.classes)} class folder(s) in the dataset; need at least two")
     if not split.train or not split.val:
-        raise TrainerError("dataset_error", f"the split left {len(split.train)} training and {len(split.val)} validation images; both must be non-empty")
-    run.log(f"{len(split.classes)} classes, {len(split.train)} training and {len(split.val)} validation images ({'explicit' if split.explicit else f'ratio {p.train_val_ratio}, seed {p.seed}'} split)")
+        raise TrainerError(
+            "dataset_error", f"the split left {len(split.train)} training and {len(split.val)} validation images; both must be non-empty"
+        )
+    run.log(
+        f"{len(split.classes)} classes, {len(split.train)} training and {len(split.val)} validation images ({'explicit' if split.explicit else f'ratio {p.train_val_ratio}, seed {p.seed}'} split)"
+    )
 
     seed_everything(p.seed)
     model = create_model(arch, len(split.classes), p.imgsz).to(device)
@@ -252,7 +256,18 @@ def train(run: Run) -> None:
         run.log(f"resumed after epoch {start_epoch} (best top-1 {best_top1:.4f} at epoch {best_epoch})")
 
     run.start(p.epochs, steps_per_epoch=steps_per_epoch, main_metric=MAIN_METRIC)
-    (run.work_dir / "split.json").write_text(json.dumps({"classes": split.classes, "train": split.train, "val": split.val, "explicit": split.explicit, "seed": p.seed, "ratio": p.train_val_ratio}))
+    (run.work_dir / "split.json").write_text(
+        json.dumps(
+            {
+                "classes": split.classes,
+                "train": split.train,
+                "val": split.val,
+                "explicit": split.explicit,
+                "seed": p.seed,
+                "ratio": p.train_val_ratio,
+            }
+        )
+    )
     run.upload(run.work_dir / "split.json", "split.json")
 
     for epoch in range(start_epoch + 1, p.epochs + 1):
@@ -329,7 +344,9 @@ def export(run: Run, arch: str, split: Split, p: Params, best_epoch: int) -> Non
     out.mkdir(exist_ok=True)
     meta = {"architecture": arch, "classes": split.classes, "imgsz": p.imgsz, "mean": MEAN, "std": STD, "epoch": best_epoch}
     torch.save({"model": model.state_dict(), **meta}, out / "model.pt")
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"), metadata={"meta": json.dumps(meta)})
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"), metadata={"meta": json.dumps(meta)}
+    )
     example = torch.zeros(1, 3, p.imgsz, p.imgsz)
     export_onnx(model, example, out / "model.onnx", input_name="images", output_name="logits")
     check = torch.randn(2, 3, p.imgsz, p.imgsz, generator=torch.Generator().manual_seed(0))

@@ -23,11 +23,17 @@ def select_device(accelerator: str) -> torch.device:
         raise TrainerError("bad_config", f"unknown accelerator {accelerator!r}; known: {', '.join(DEVICE_TYPES)}")
     if kind == "cuda":
         if not torch.cuda.is_available():
-            raise TrainerError("device_unavailable", f"accelerator {accelerator!r} needs a GPU, but torch sees none", "pick the cpu profile or a node with a GPU")
+            raise TrainerError(
+                "device_unavailable",
+                f"accelerator {accelerator!r} needs a GPU, but torch sees none",
+                "pick the cpu profile or a node with a GPU",
+            )
         is_hip = torch.version.hip is not None
         if (accelerator == "amd") != is_hip:
             want = "a ROCm (HIP) build of torch" if accelerator == "amd" else "a CUDA build of torch"
-            raise TrainerError("device_unavailable", f"accelerator {accelerator!r} needs {want}", "use the trainer image for this accelerator")
+            raise TrainerError(
+                "device_unavailable", f"accelerator {accelerator!r} needs {want}", "use the trainer image for this accelerator"
+            )
         return torch.device("cuda")
     if kind == "xpu":
         if not (hasattr(torch, "xpu") and torch.xpu.is_available()):
@@ -60,7 +66,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def oom_hint(batch: int, device: torch.device) -> str:
     where = "GPU" if device.type in ("cuda", "xpu") else "CPU"
     smaller = max(1, batch // 2)
-    return f"batch {batch} ran out of {where} memory; try {smaller}" if batch > 1 else f"the model does not fit in {where} memory even at batch 1; try a smaller image size"
+    return (
+        f"batch {batch} ran out of {where} memory; try {smaller}"
+        if batch > 1
+        else f"the model does not fit in {where} memory even at batch 1; try a smaller image size"
+    )
 
 
 def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path, *, input_name: str, output_name: str) -> None:

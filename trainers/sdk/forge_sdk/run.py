@@ -258,8 +258,8 @@ class Run:
     def checkpoint(self, name: str) -> Iterator[Path]:
         """Write a checkpoint atomically and upload it to ``checkpoints/<name>``::
 
-            with run.checkpoint("last.pt") as path:
-                torch.save(state, path)
+        with run.checkpoint("last.pt") as path:
+            torch.save(state, path)
         """
         folder = self.work_dir / CHECKPOINTS
         folder.mkdir(parents=True, exist_ok=True)
@@ -337,9 +337,7 @@ class Run:
         if state == "stopped":
             message = f"stopped after {self.epochs_completed} completed epoch(s); the best model is kept"
         return self._end(
-            protocol.Outcome(
-                state=state, epochs_completed=self.epochs_completed, best_metrics=self.best_metrics, message=message
-            )
+            protocol.Outcome(state=state, epochs_completed=self.epochs_completed, best_metrics=self.best_metrics, message=message)
         )
 
     def fail(self, reason: str, message: str, hint: str | None = None) -> protocol.Outcome:

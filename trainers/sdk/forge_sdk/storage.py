@@ -9,13 +9,14 @@ every key and URI.
 
 from __future__ import annotations
 
+import builtins
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, BinaryIO, Protocol, cast
 from urllib.parse import unquote, urlparse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -196,7 +197,12 @@ class S3Store:
     def put_stream(self, key: str, stream: IO[bytes], length: int, content_type: str = "application/octet-stream") -> None:
         try:
             self.client.put_object(
-                self.bucket, _clean_key(key), stream, length, content_type=content_type, part_size=16 * 1024 * 1024 if length < 0 else 0
+                self.bucket,
+                _clean_key(key),
+                cast(BinaryIO, stream),
+                length,
+                content_type=content_type,
+                part_size=16 * 1024 * 1024 if length < 0 else 0,
             )
         except Exception as exc:
             raise self._err(key, exc) from exc
@@ -326,7 +332,7 @@ class Location:
             self.store.get_file(obj.key, dest / _clean_key(rel))
         return dest
 
-    def upload_tree(self, src: Path) -> list[str]:
+    def upload_tree(self, src: Path) -> builtins.list[str]:
         uris = []
         for path in sorted(p for p in src.rglob("*") if p.is_file()):
             uris.append(self.put_file(path.relative_to(src).as_posix(), path))

@@ -31,7 +31,9 @@ async def list_datasets(conn: ConnDep, project: ProjectDep) -> list[Dataset]:
 async def get_dataset(name: str, conn: ConnDep, project: ProjectDep) -> Dataset:
     row = await service.get_dataset(conn, project, name)
     rows = await repo.list_versions(conn, row["id"])
-    return Dataset(name=row["name"], description=row["description"], latest_version=rows[-1]["version"] if rows else None, created_at=row["created_at"])
+    return Dataset(
+        name=row["name"], description=row["description"], latest_version=rows[-1]["version"] if rows else None, created_at=row["created_at"]
+    )
 
 
 @router.post(

@@ -129,9 +129,7 @@ def validate_imagenet_folder(root: Path) -> Report:
         "images": sum(sum(c.values()) for c in counts.values()),
         "splits": {split: {"images": sum(c.values()), "per_class": dict(sorted(c.items()))} for split, c in counts.items()},
         "explicit_splits": "all" not in counts,
-        "image_size": (
-            {"min": [min(widths), min(heights)], "max": [max(widths), max(heights)]} if sizes else None
-        ),
+        "image_size": ({"min": [min(widths), min(heights)], "max": [max(widths), max(heights)]} if sizes else None),
     }
     return report
 

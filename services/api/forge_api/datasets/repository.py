@@ -43,9 +43,7 @@ async def get_version(conn: asyncpg.Connection, dataset_id: uuid.UUID, version: 
 
 
 async def version_by_hash(conn: asyncpg.Connection, dataset_id: uuid.UUID, content_hash: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(
-        "SELECT * FROM dataset_versions WHERE dataset_id = $1 AND content_hash = $2", dataset_id, content_hash
-    )
+    return await conn.fetchrow("SELECT * FROM dataset_versions WHERE dataset_id = $1 AND content_hash = $2", dataset_id, content_hash)
 
 
 async def insert_version(conn: asyncpg.Connection, dataset_id: uuid.UUID, **fields: Any) -> asyncpg.Record:

@@ -22,9 +22,7 @@ class Dataset(BaseModel):
 
     @classmethod
     def of(cls, row: asyncpg.Record) -> Dataset:
-        return cls(
-            name=row["name"], description=row["description"], latest_version=row.get("latest_version"), created_at=row["created_at"]
-        )
+        return cls(name=row["name"], description=row["description"], latest_version=row.get("latest_version"), created_at=row["created_at"])
 
 
 class DatasetVersion(BaseModel):

@@ -69,13 +69,17 @@ def prepare(upload: Path, work: Path, limits: archive.Limits, declared_format: s
 
 
 async def _receive(upload: UploadFile, target: Path, max_bytes: int) -> int:
+    """Copy the upload to disk in 1 MiB chunks (bounded memory, the event loop never blocks)."""
     size = 0
-    with open(target, "wb") as out:
+    out = await asyncio.to_thread(open, target, "wb")
+    try:
         while chunk := await upload.read(1 << 20):
             size += len(chunk)
             if size > max_bytes:
                 raise PayloadTooLarge(f"the archive is larger than the {max_bytes}-byte limit", field="file")
-            out.write(chunk)
+            await asyncio.to_thread(out.write, chunk)
+    finally:
+        await asyncio.to_thread(out.close)
     if size == 0:
         raise InvalidInput("the uploaded file is empty", field="file")
     return size

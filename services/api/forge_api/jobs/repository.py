@@ -69,7 +69,9 @@ async def request_stop(conn: asyncpg.Connection, job_id: uuid.UUID) -> bool:
     return status == "UPDATE 1"
 
 
-async def find_dataset_version(conn: asyncpg.Connection, project_id: uuid.UUID, name: str, version: int) -> tuple[asyncpg.Record | None, asyncpg.Record | None, int | None]:
+async def find_dataset_version(
+    conn: asyncpg.Connection, project_id: uuid.UUID, name: str, version: int
+) -> tuple[asyncpg.Record | None, asyncpg.Record | None, int | None]:
     """(dataset, version row, latest version number)."""
     dataset = await conn.fetchrow("SELECT * FROM datasets WHERE project_id = $1 AND name = $2", project_id, name)
     if dataset is None:
