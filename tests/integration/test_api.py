@@ -137,11 +137,13 @@ async def test_invalid_jobs_get_422_naming_the_field(api: httpx.AsyncClient, sam
     p = await problem(hyperparameters={"learning_rate": 1})
     assert p["field"] == "hyperparameters.learning_rate" and "Extra inputs" in p["detail"]
     p = await problem(task="segmentation")
-    assert p["field"] == "task" and "no trainer" in p["detail"]
+    assert p["field"] == "dataset" and "task segmentation needs a coco or yolo dataset" in p["detail"]
+    p = await problem(base_model="rt-detr-tiny")
+    assert p["field"] == "base_model" and "serves detection; task classification needs a base model of family timm" in p["detail"]
     p = await problem(task="painting")
     assert p["field"] == "task"
     p = await problem(base_model="timm/does_not_exist")
-    assert p["field"] == "base_model"
+    assert p["field"] == "base_model" and "timm/resnet18" in p["detail"]  # it lists what there is
     p = await problem(accelerator="nvidia")
     assert p["field"] == "accelerator" and "available: cpu" in p["detail"]
     p = await problem(surprise=True)

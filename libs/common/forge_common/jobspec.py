@@ -7,7 +7,6 @@ page shows what ran.
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -26,8 +25,8 @@ class Task(StrEnum):
     VLM_SFT = "vlm-sft"
 
 
-class ClassificationHyperparameters(BaseModel):
-    """Image classification with a timm architecture."""
+class _CommonCV(BaseModel):
+    """What every computer-vision trainer accepts."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,29 +34,104 @@ class ClassificationHyperparameters(BaseModel):
     imgsz: int = Field(640, ge=16, le=4096, description="Square input size in pixels")
     batch: int = Field(16, ge=1, le=4096, description="Images per step")
     train_val_ratio: float = Field(0.8, gt=0.0, lt=1.0, description="Share of items used for training (the rest is the val split)")
-    lr: float = Field(0.001, gt=0.0, le=10.0, description="Peak learning rate")
     optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="Optimizer")
-    weight_decay: float = Field(0.05, ge=0.0, le=1.0, description="Weight decay")
     warmup_epochs: float = Field(0.0, ge=0.0, le=100.0, description="Linear learning-rate warm-up, in epochs")
     seed: int = Field(0, ge=0, description="Seed for the split, initialisation and data order")
     workers: int = Field(0, ge=0, le=64, description="Data-loading worker processes")
     augment: bool = Field(True, description="Random horizontal flips of training images")
-    patience: int | None = Field(None, ge=1, description="Stop early after this many epochs without a better top-1")
+    patience: int | None = Field(None, ge=1, description="Stop early after this many epochs without a better main metric")
     amp: bool = Field(True, description="Mixed precision where the device supports it (CUDA)")
+    freeze_backbone_epochs: int = Field(0, ge=0, description="Fine-tuning: keep the backbone frozen for this many epochs")
+
+
+class ClassificationHyperparameters(_CommonCV):
+    """Image classification with a timm architecture. Main metric: top1."""
+
+    lr: float = Field(0.001, gt=0.0, le=10.0, description="Peak learning rate")
+    weight_decay: float = Field(0.05, ge=0.0, le=1.0, description="Weight decay")
+
+
+class DetectionHyperparameters(_CommonCV):
+    """Object detection with RT-DETR. Main metric: map (mAP50-95)."""
+
+    lr: float = Field(0.0001, gt=0.0, le=10.0, description="Peak learning rate")
+    weight_decay: float = Field(0.0001, ge=0.0, le=1.0, description="Weight decay")
+
+
+class SegmentationHyperparameters(_CommonCV):
+    """Semantic segmentation with SegFormer. Main metric: miou."""
+
+    lr: float = Field(0.00006, gt=0.0, le=10.0, description="Peak learning rate")
+    weight_decay: float = Field(0.01, ge=0.0, le=1.0, description="Weight decay")
+
+
+class SFTHyperparameters(BaseModel):
+    """Supervised fine-tuning of language and vision-language models. Main metric: eval_loss."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["full", "lora", "qlora"] = Field(
+        "lora", description="Train every weight, a LoRA adapter, or a LoRA adapter on a 4-bit base"
+    )
+    epochs: int = Field(3, ge=1, le=100, description="Passes over the training split")
+    batch: int = Field(4, ge=1, le=1024, description="Conversations per device step")
+    gradient_accumulation: int = Field(1, ge=1, le=1024, description="Steps accumulated per optimizer update")
+    lr: float = Field(0.0002, gt=0.0, le=1.0, description="Peak learning rate")
+    lr_scheduler: Literal["cosine", "linear", "constant"] = Field("cosine", description="Learning-rate schedule after warm-up")
+    warmup_ratio: float = Field(0.03, ge=0.0, le=0.5, description="Share of the steps spent warming up")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="Weight decay")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping")
+    max_seq_length: int = Field(2048, ge=16, le=131072, description="Longer conversations are truncated (and counted in the logs)")
+    packing: bool = Field(False, description="Pack several conversations into one sequence")
+    lora_r: int = Field(16, ge=1, le=1024, description="LoRA rank")
+    lora_alpha: int = Field(32, ge=1, le=4096, description="LoRA alpha")
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0, description="LoRA dropout")
+    target_modules: list[str] | None = Field(None, description="Modules to adapt (default: the family's language-model projections)")
+    qlora_quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit quantisation for qlora")
+    gradient_checkpointing: bool = Field(False, description="Trade compute for memory")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 where the device supports it")
+    eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (default: every epoch)")
+    save_steps: int | None = Field(None, ge=1, description="Checkpoint every N steps (default: every epoch)")
+    merge: bool = Field(False, description="Also produce the base model with the adapter merged in")
+    chat_template: str | None = Field(None, description="A Jinja chat template, when the base model has none")
+    train_val_ratio: float = Field(0.8, gt=0.0, lt=1.0, description="Share of conversations used for training")
+    seed: int = Field(0, ge=0, description="Seed for the split, initialisation and data order")
 
 
 HYPERPARAMETERS: dict[Task, type[BaseModel]] = {
     Task.CLASSIFICATION: ClassificationHyperparameters,
+    Task.DETECTION: DetectionHyperparameters,
+    Task.SEGMENTATION: SegmentationHyperparameters,
+    Task.LLM_SFT: SFTHyperparameters,
+    Task.VLM_SFT: SFTHyperparameters,
 }
 
-# Tasks with a built-in trainer, and the trainer module the scheduler runs for each.
+# The built-in trainer module the scheduler runs for each task.
 TRAINERS: dict[Task, str] = {
     Task.CLASSIFICATION: "forge_trainers.classification",
+    Task.DETECTION: "forge_trainers.detection",
+    Task.SEGMENTATION: "forge_trainers.segmentation",
+    Task.LLM_SFT: "forge_trainers.sft",
+    Task.VLM_SFT: "forge_trainers.sft",
 }
 
-# Which dataset formats each task can train on.
+# Which dataset formats each task can train on (a version must also list the task: COCO without
+# masks cannot serve segmentation).
 TASK_FORMATS: dict[Task, tuple[str, ...]] = {
     Task.CLASSIFICATION: ("imagenet-folder",),
+    Task.DETECTION: ("coco", "yolo"),
+    Task.SEGMENTATION: ("coco", "yolo"),
+    Task.LLM_SFT: ("llm-sft",),
+    Task.VLM_SFT: ("vlm-sft",),
+}
+
+# The metric each task's trainer ranks epochs by.
+MAIN_METRIC: dict[Task, str] = {
+    Task.CLASSIFICATION: "top1",
+    Task.DETECTION: "map",
+    Task.SEGMENTATION: "miou",
+    Task.LLM_SFT: "eval_loss",
+    Task.VLM_SFT: "eval_loss",
 }
 
 
@@ -89,21 +163,6 @@ class JobSpec(BaseModel):
 def timm_architectures() -> frozenset[str]:
     text = resources.files("forge_common.data").joinpath("timm_architectures.txt").read_text(encoding="utf-8")
     return frozenset(line.strip() for line in text.splitlines() if line.strip())
-
-
-_TIMM_RE = re.compile(r"^timm/([a-z0-9_.]+)$")
-
-
-def check_base_model(task: Task, base_model: str) -> None:
-    if task is Task.CLASSIFICATION:
-        m = _TIMM_RE.match(base_model)
-        if not m:
-            raise InvalidInput(
-                f"base_model {base_model!r} is not a timm architecture: use timm/<architecture>, e.g. timm/resnet18",
-                field="base_model",
-            )
-        if m.group(1) not in timm_architectures():
-            raise InvalidInput(f"base_model {base_model!r}: timm has no architecture {m.group(1)!r}", field="base_model")
 
 
 def resolve_hyperparameters(task: Task, given: dict[str, Any]) -> dict[str, Any]:

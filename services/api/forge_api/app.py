@@ -20,11 +20,14 @@ from forge_common.settings import CommonSettings
 from forge_common.storage import open_store
 from forge_common.subjects import Subjects
 
-from . import health
+from . import health, tasks
+from .basemodels import endpoints as basemodels
+from .basemodels import service as basemodels_service
 from .datasets import endpoints as datasets
 from .deps import Services
 from .jobs import endpoints as jobs
 from .models import endpoints as models
+from .projects import current_project
 from .settings import ApiSettings
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,8 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
         nc, js = await bus.connect(common, name="forge-api")
         await bus.ensure_streams(js, subjects, max_age_days=common.bus_max_age_days)
         store = await asyncio.to_thread(open_store, common)
+        async with pool.acquire() as conn:
+            await basemodels_service.seed(conn, current_project())
         app.state.services = Services(common, settings, subjects, pool, nc, js, store)
         relay = asyncio.create_task(OutboxRelay(pool, js, producer=PRODUCER).run(), name="api:outbox")
         log.info("api: ready (bus prefix %s)", subjects.prefix)
@@ -99,7 +104,9 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
         return JSONResponse(status_code=500, content={"type": "internal", "detail": "unexpected server error; see the api log"})
 
     app.include_router(health.router)
+    app.include_router(tasks.router)
     app.include_router(datasets.router)
+    app.include_router(basemodels.router)
     app.include_router(jobs.router)
     app.include_router(models.router)
     return app

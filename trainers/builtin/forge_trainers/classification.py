@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 import forge_sdk
 from forge_sdk import Run, TrainerError
 
+from . import pool
 from .common import export_onnx, oom_hint, rng_state, seed_everything, select_device, set_rng_state, verify_onnx
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
@@ -56,6 +57,7 @@ class Params:
     augment: bool = True
     patience: int | None = None
     amp: bool = True
+    freeze_backbone_epochs: int = 0
 
     @classmethod
     def from_config(cls, given: dict[str, Any]) -> Params:
@@ -157,10 +159,29 @@ class Images(Dataset[tuple[torch.Tensor, int]]):
 # ---- model --------------------------------------------------------------------------------------
 
 
-def architecture(base_model: str) -> str:
-    if not base_model.startswith("timm/") or len(base_model) <= 5:
-        raise TrainerError("bad_config", f"base_model {base_model!r} is not timm/<architecture>")
-    return base_model[5:]
+def architecture(spec: pool.BaseModelSpec) -> str:
+    arch = spec.config.get("architecture")
+    if spec.family != "timm" or not isinstance(arch, str):
+        raise TrainerError("bad_config", f"base model {spec.name!r} is not a timm model (family {spec.family!r})")
+    return arch
+
+
+def load_checkpoint(model: torch.nn.Module, folder: Path, run: Run) -> None:
+    """Fine-tuning: start from a checkpoint's weights; a classifier head of another size is
+    left freshly initialised (a new set of classes)."""
+    path = pool.weights_file(folder)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        loaded = torch.load(path, map_location="cpu", weights_only=False)
+        state = loaded.get("model") or loaded.get("state_dict") or loaded if isinstance(loaded, dict) else loaded
+    own = model.state_dict()
+    usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    skipped = sorted(set(state) - set(usable))
+    model.load_state_dict(usable, strict=False)
+    run.log(f"loaded {len(usable)} tensors from {path.name}" + (f"; {len(skipped)} not used (e.g. {skipped[0]})" if skipped else ""))
 
 
 def create_model(arch: str, num_classes: int, imgsz: int) -> torch.nn.Module:
@@ -172,6 +193,14 @@ def create_model(arch: str, num_classes: int, imgsz: int) -> torch.nn.Module:
         return timm.create_model(arch, pretrained=False, num_classes=num_classes, img_size=imgsz)
     except TypeError:  # convolutional models take any size and no img_size argument
         return timm.create_model(arch, pretrained=False, num_classes=num_classes)
+
+
+def set_backbone_trainable(model: torch.nn.Module, trainable: bool) -> None:
+    """Fine-tuning: while frozen only the classifier head learns (its parameters get gradients)."""
+    head = {id(p) for p in model.get_classifier().parameters()}  # type: ignore[operator]
+    for param in model.parameters():
+        if id(param) not in head:
+            param.requires_grad_(trainable)
 
 
 def make_optimizer(model: torch.nn.Module, p: Params) -> torch.optim.Optimizer:
@@ -217,7 +246,11 @@ def train(run: Run) -> None:
     config = run.config
     device = select_device(str(config.get("accelerator", "cpu")))
     run.oom_hint = oom_hint(p.batch, device)
-    arch = architecture(str(config.get("base_model", "")))
+    spec = pool.spec_of(run)
+    arch = architecture(spec)
+    checkpoint = pool.fetch(run, spec)
+    if isinstance(checkpoint, str):
+        raise TrainerError("bad_config", "timm hub checkpoints are not supported: register the checkpoint as a local or s3 base model")
     root = run.input_dir()
     split = make_split(root, p.train_val_ratio, p.seed)
     if len(split.classes) < 2:
@@ -231,7 +264,10 @@ def train(run: Run) -> None:
     )
 
     seed_everything(p.seed)
-    model = create_model(arch, len(split.classes), p.imgsz).to(device)
+    model = create_model(arch, len(split.classes), p.imgsz)
+    if checkpoint is not None and run.env.resume_from is None:  # a resume loads its own state
+        load_checkpoint(model, checkpoint, run)
+    model = model.to(device)
     optimizer = make_optimizer(model, p)
     train_set = Images(root, split.train, p.imgsz)
     val_set = Images(root, split.val, p.imgsz)
@@ -271,6 +307,7 @@ def train(run: Run) -> None:
     run.upload(run.work_dir / "split.json", "split.json")
 
     for epoch in range(start_epoch + 1, p.epochs + 1):
+        set_backbone_trainable(model, epoch > p.freeze_backbone_epochs)
         model.train()
         order_rng = torch.Generator().manual_seed(p.seed * 100_003 + epoch)
         order = torch.randperm(len(train_set), generator=order_rng).tolist()

@@ -31,6 +31,7 @@ class StorageError(RuntimeError):
 class ObjectInfo:
     key: str
     size: int
+    etag: str | None = None  # S3 only
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Store(Protocol):
     def get_bytes(self, key: str) -> bytes: ...
     def get_file(self, key: str, path: Path) -> None: ...
     def open(self, key: str) -> IO[bytes]: ...
+    def read_head(self, key: str, length: int) -> bytes: ...
     def stat(self, key: str) -> ObjectInfo | None: ...
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
     def delete(self, key: str) -> None: ...
@@ -143,6 +145,11 @@ class LocalStore:
             return open(self.path(key), "rb")
         except FileNotFoundError:
             raise StorageError(f"no object {self.uri(key)}") from None
+
+    def read_head(self, key: str, length: int) -> bytes:
+        """The first ``length`` bytes (a file header) without reading the rest."""
+        with self.open(key) as fh:
+            return fh.read(length)
 
     def stat(self, key: str) -> ObjectInfo | None:
         p = self.path(key)
@@ -229,6 +236,17 @@ class S3Store:
             raise self._err(key, exc) from exc
         return _ClosingResponse(response)  # type: ignore[return-value]
 
+    def read_head(self, key: str, length: int) -> bytes:
+        try:
+            response = self.client.get_object(self.bucket, _clean_key(key), offset=0, length=length)
+        except Exception as exc:
+            raise self._err(key, exc) from exc
+        try:
+            return bytes(response.read())
+        finally:
+            response.close()
+            response.release_conn()
+
     def stat(self, key: str) -> ObjectInfo | None:
         from minio.error import S3Error
 
@@ -249,7 +267,7 @@ class S3Store:
             return
         for obj in self.client.list_objects(self.bucket, prefix=folder, recursive=True):
             if obj.object_name and not obj.is_dir:
-                yield ObjectInfo(key=obj.object_name, size=int(obj.size or 0))
+                yield ObjectInfo(key=obj.object_name, size=int(obj.size or 0), etag=obj.etag)
 
     def delete(self, key: str) -> None:
         try:
@@ -317,12 +335,15 @@ class Location:
     def get_bytes(self, name: str) -> bytes:
         return self.store.get_bytes(self.key(name))
 
+    def read_head(self, name: str, length: int) -> bytes:
+        return self.store.read_head(self.key(name), length)
+
     def exists(self, name: str) -> bool:
         return self.store.stat(self.key(name)) is not None
 
     def list(self) -> list[ObjectInfo]:
         """Objects under the prefix, keys relative to it."""
-        return [ObjectInfo(key=self.relative(o.key), size=o.size) for o in self.store.list(self.prefix)]
+        return [ObjectInfo(key=self.relative(o.key), size=o.size, etag=o.etag) for o in self.store.list(self.prefix)]
 
     def download_to(self, dest: Path) -> Path:
         """Copy every object to a local folder, keeping the relative paths; returns the folder."""

@@ -11,10 +11,11 @@ import asyncpg
 from forge_common import outbox, telemetry
 from forge_common.errors import Conflict, InvalidInput, NotFound
 from forge_common.events import JobStatusChanged, JobStatusChangedData, JobSubmitted, JobSubmittedData, StopRequested, StopRequestedData
-from forge_common.jobspec import ACCELERATORS, TASK_FORMATS, check_base_model, resolve_hyperparameters
+from forge_common.jobspec import ACCELERATORS, TASK_FORMATS, resolve_hyperparameters
 from forge_common.states import JobState
 from forge_common.subjects import Subjects
 
+from ..basemodels import service as basemodels
 from . import repository as repo
 from .schemas import JobCreate
 
@@ -32,12 +33,15 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
         raise InvalidInput(f"dataset {body.dataset.name!r} has no version {body.dataset.version}; {have}", field="dataset.version")
     hyperparameters = resolve_hyperparameters(body.task, body.hyperparameters)
     formats = TASK_FORMATS[body.task]
-    if version["format"] not in formats:
+    if version["format"] not in formats or body.task.value not in version["tasks"]:
+        serves = ", ".join(version["tasks"]) or "no task"
         raise InvalidInput(
-            f"dataset {body.dataset.name!r} v{body.dataset.version} is {version['format']}; task {body.task.value} needs {' or '.join(formats)}",
+            f"dataset {body.dataset.name!r} v{body.dataset.version} is {version['format']} and serves {serves}; "
+            f"task {body.task.value} needs a {' or '.join(formats)} dataset"
+            + (" with masks or polygons" if body.task.value == "segmentation" else ""),
             field="dataset",
         )
-    check_base_model(body.task, body.base_model)
+    base_model = await basemodels.resolve(conn, project_id, body.base_model, body.task)
     if body.accelerator not in ACCELERATORS:
         raise InvalidInput(
             f"accelerator {body.accelerator!r} is not offered here; available: {', '.join(sorted(ACCELERATORS))}", field="accelerator"
@@ -54,6 +58,7 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
             "content_hash": version["content_hash"],
         },
         "base_model": body.base_model,
+        "base_model_spec": base_model,
         "hyperparameters": hyperparameters,
         "accelerator": body.accelerator,
         "registration": body.registration,
