@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,11 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 import forge_sdk
-from forge_sdk import Run, TrainerError
+from forge_sdk import Run, TrainerError, datasets
 
 from . import pool
 from .common import export_onnx, oom_hint, rng_state, seed_everything, select_device, set_rng_state, verify_onnx
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 MAIN_METRIC = "top1"
@@ -85,36 +83,15 @@ class Split:
     explicit: bool
 
 
-def _images(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith("."))
-
-
-def _class_dirs(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
 def make_split(root: Path, ratio: float, seed: int) -> Split:
-    """Explicit train/ and val/ folders are used as they are; otherwise each class is shuffled with
-    ``seed`` and cut at ``ratio`` (every class keeps at least one image on each side when it can)."""
-    if (root / "train").is_dir() and (root / "val").is_dir():
-        classes = sorted({p.name for p in _class_dirs(root / "train")} | {p.name for p in _class_dirs(root / "val")})
-        index = {c: i for i, c in enumerate(classes)}
-        train = [(p.relative_to(root).as_posix(), index[d.name]) for d in _class_dirs(root / "train") for p in _images(d)]
-        val = [(p.relative_to(root).as_posix(), index[d.name]) for d in _class_dirs(root / "val") for p in _images(d)]
-        return Split(classes, train, val, explicit=True)
-    dirs = _class_dirs(root)
-    classes = [d.name for d in dirs]
-    rng = random.Random(seed)
-    train, val = [], []
-    for i, d in enumerate(dirs):
-        items = [(p.relative_to(root).as_posix(), i) for p in _images(d)]
-        rng.shuffle(items)
-        cut = round(len(items) * ratio)
-        if len(items) >= 2:
-            cut = min(max(cut, 1), len(items) - 1)
-        train.extend(items[:cut])
-        val.extend(items[cut:])
-    return Split(classes, sorted(train), sorted(val), explicit=False)
+    """The dataset's own train/val folders when it has them; otherwise each class is cut at
+    ``ratio`` with ``seed`` (the SDK's split: the same on every machine)."""
+    try:
+        data = datasets.load_classification(root)
+    except datasets.DatasetError as exc:
+        raise TrainerError("dataset_error", str(exc.problems[0]) if exc.problems else str(exc)) from None
+    split = datasets.split_indices(len(data.items), ratio, seed, explicit=data.explicit_split, stratify=data.labels)
+    return Split(data.classes, [data.items[i] for i in split.train], [data.items[i] for i in split.val], split.explicit)
 
 
 def load_image(path: Path, size: int) -> torch.Tensor:

@@ -16,9 +16,10 @@ import asyncpg
 from fastapi import UploadFile
 
 from forge_common.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from forge_sdk import datasets as formats
 
 from ..deps import Services
-from . import archive, formats
+from . import archive
 from . import repository as repo
 
 
