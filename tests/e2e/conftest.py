@@ -130,6 +130,7 @@ def stack(nats_url: str, postgres_admin_url: str, tmp_path_factory: pytest.TempP
         "FORGE_TELEMETRY_EXPORTER": "file",
         "FORGE_TELEMETRY_FILE": str(home / "traces.jsonl"),
         "FORGE_SCHEDULER_POLL_SECONDS": "0.2",
+        "FORGE_SCHEDULER_DETECT_DEVICES": "false",
         "PYTHONUNBUFFERED": "1",
     }
     url = f"http://127.0.0.1:{port}"

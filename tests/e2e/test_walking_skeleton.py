@@ -73,6 +73,11 @@ def test_a_job_trains_to_success_and_registers_a_model_that_runs(stack: Stack) -
     assert metrics["epochs"][-1]["train_loss"] < metrics["epochs"][0]["train_loss"]
     assert done["best_metrics"]["top1"] > 0.5  # three classes: chance is 1/3
 
+    # the held-out split is recorded with the job: evaluation never saw a training image
+    split = stack.client.get(f"/v1/jobs/{job['id']}/split")
+    val, train = {p for p, _ in split["val"]}, {p for p, _ in split["train"]}
+    assert len(val) == 12 and len(train) == 48 and not val & train and split["explicit"] is False
+
     # logs persisted, progress lines not among them
     logs = stack.client.get(f"/v1/jobs/{job['id']}/logs")["lines"]
     texts = [line["text"] for line in logs]

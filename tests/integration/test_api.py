@@ -168,3 +168,101 @@ async def test_models_endpoints_answer_when_empty(api: httpx.AsyncClient) -> Non
     assert (await api.get("/v1/models")).json() == []
     r = await api.get("/v1/models/none/versions")
     assert r.status_code == 404 and r.json()["detail"] == "no model named 'none'"
+
+
+async def report_capacity(pool_url: str, rows: list[tuple[str, str, int, str]]) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(pool_url)
+    try:
+        await conn.execute("DELETE FROM accelerator_capacity")
+        await conn.executemany("INSERT INTO accelerator_capacity (executor, profile, total, detail) VALUES ($1, $2, $3, $4)", rows)
+    finally:
+        await conn.close()
+
+
+async def test_only_allocatable_accelerators_are_offered(
+    api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings
+) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    await report_capacity(
+        common_settings.database_url,
+        [
+            ("kubernetes", "cpu", 4, "4 CPU slots"),
+            ("kubernetes", "nvidia", 2, "2 allocatable nvidia.com/gpu"),
+            ("kubernetes", "amd", 0, "none"),
+        ],
+    )
+    offered = {a["name"]: a for a in (await api.get("/v1/accelerators")).json()}
+    assert set(offered) == {"cpu", "nvidia"}
+    assert offered["nvidia"]["count"] == 2 and offered["nvidia"]["resource"] == "nvidia.com/gpu"
+    assert offered["nvidia"]["grades"] == {"cv": "compatible", "llm": "compatible"}
+    ok = await api.post("/v1/jobs", json={**SPEC, "accelerator": "nvidia", "devices": 2})
+    assert ok.status_code == 201 and ok.json()["devices"] == 2
+    never = await api.post("/v1/jobs", json={**SPEC, "accelerator": "amd"})
+    assert (
+        never.status_code == 422
+        and never.json()["detail"] == "accelerator 'amd' is not available here (no allocatable amd.com/gpu); available: cpu (4), nvidia (2)"
+    )
+    too_many = await api.post("/v1/jobs", json={**SPEC, "accelerator": "nvidia", "devices": 3})
+    assert too_many.status_code == 422 and too_many.json()["field"] == "devices"
+    unknown = await api.post("/v1/jobs", json={**SPEC, "accelerator": "tpu"})
+    assert unknown.status_code == 422 and "profiles: cpu, nvidia, amd, intel" in unknown.json()["detail"]
+
+
+async def test_the_queue_shows_positions_and_what_each_job_waits_for(
+    api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings
+) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    await report_capacity(common_settings.database_url, [("local", "cpu", 1, "1 CPU slot")])
+    a = (await api.post("/v1/jobs", json={**SPEC, "name": "a", "start": True})).json()
+    b = (await api.post("/v1/jobs", json={**SPEC, "name": "b", "start": True})).json()
+    c = (await api.post("/v1/jobs", json={**SPEC, "name": "c", "start": True, "priority": "high"})).json()
+    got = {j: (await api.get(f"/v1/jobs/{j}")).json() for j in (a["id"], b["id"], c["id"])}
+    assert [got[j]["queue_position"] for j in (c["id"], a["id"], b["id"])] == [1, 2, 3]
+    assert got[b["id"]]["waiting_for"] == "2 jobs ahead on cpu; about to start"
+    queue = (await api.get("/v1/queue")).json()
+    cpu = next(q for q in queue if q["accelerator"] == "cpu")
+    assert [q["name"] for q in cpu["queued"]] == ["c", "a", "b"] and cpu["slots"] == 1
+    # re-prioritise while queued
+    r = await api.patch(f"/v1/jobs/{b['id']}", json={"priority": "high"})
+    assert r.status_code == 200 and r.json()["priority"] == "high" and r.json()["queue_position"] == 1  # high, and queued before c
+    r = await api.patch(f"/v1/jobs/{b['id']}", json={"hyperparameters": {"epochs": 1}})
+    assert r.status_code == 409 and "can only be re-prioritised" in r.json()["detail"]
+    listed = {j["name"]: j["queue_position"] for j in (await api.get("/v1/jobs")).json()}
+    assert listed == {"b": 1, "c": 2, "a": 3}
+
+
+async def test_drafts_can_be_edited_and_jobs_duplicated(api: httpx.AsyncClient, sample_dataset: Path) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    draft = (await api.post("/v1/jobs", json=SPEC)).json()
+    edited = await api.patch(f"/v1/jobs/{draft['id']}", json={"hyperparameters": {"epochs": 7, "imgsz": 48}, "name": "renamed"})
+    assert edited.status_code == 200, edited.text
+    assert edited.json()["name"] == "renamed" and edited.json()["hyperparameters"]["epochs"] == 7 and edited.json()["total_epochs"] == 7
+    bad = await api.patch(f"/v1/jobs/{draft['id']}", json={"hyperparameters": {"epochs": 0}})
+    assert bad.status_code == 422 and bad.json()["field"] == "hyperparameters.epochs"
+    copy = await api.post(f"/v1/jobs/{draft['id']}/duplicate", json={"name": "copy"})
+    assert copy.status_code == 201 and copy.json()["state"] == "draft" and copy.json()["id"] != draft["id"]
+    assert copy.json()["hyperparameters"] == edited.json()["hyperparameters"] and copy.json()["name"] == "copy"
+
+
+async def test_only_stopped_or_failed_jobs_can_be_resumed(
+    api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings, js: Any
+) -> None:
+    import asyncpg
+
+    await upload(api, "shapes", tar_of(sample_dataset))
+    job = (await api.post("/v1/jobs", json=SPEC)).json()
+    r = await api.post(f"/v1/jobs/{job['id']}/resume")
+    assert r.status_code == 409 and "only a stopped or failed job can be resumed; it is draft" in r.json()["detail"]
+    conn = await asyncpg.connect(common_settings.database_url)
+    await conn.execute("UPDATE jobs SET state = 'canceled' WHERE id = $1", job["id"])
+    r = await api.post(f"/v1/jobs/{job['id']}/resume")
+    assert r.status_code == 409 and "kept nothing" in r.json()["detail"]
+    await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", job["id"])
+    await conn.close()
+    r = await api.post(f"/v1/jobs/{job['id']}/resume")
+    assert r.status_code == 202
+    subjects = Subjects(common_settings.bus_prefix)
+    (msg,) = await collect(js, subjects.job(job["id"], "resume-requested"), 1)
+    assert decode(msg.data).type == "forge.job.resume-requested"

@@ -64,7 +64,7 @@ def make_scheduler(pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path
         s = ScriptScheduler(
             pool,
             open_store(common_settings),
-            LocalExecutor(tmp_path / "runs"),
+            LocalExecutor(tmp_path / "runs", cpu_slots=settings.get("cpu_slots", 1)),
             Subjects(common_settings.bus_prefix),
             SchedulerSettings(**{"poll_seconds": 0.05, **settings}),
             common_settings,
@@ -149,7 +149,7 @@ async def test_stop_after_an_epoch_keeps_the_run_stopped(make_scheduler: Any, po
         await scheduler.admit()
         async with pool.acquire() as conn:
             attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
-        log = Path(attempt["run_dir"]) / "output.log"
+        log = Path(attempt["run_ref"]) / "output.log"
         async with asyncio.timeout(30):
             while '"kind":"epoch"' not in log.read_text():
                 await asyncio.sleep(0.05)
@@ -169,7 +169,7 @@ async def test_a_trainer_that_ignores_stop_is_killed_at_the_deadline(make_schedu
     await scheduler.admit()
     async with pool.acquire() as conn:
         attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
-    log = Path(attempt["run_dir"]) / "output.log"
+    log = Path(attempt["run_ref"]) / "output.log"
     async with asyncio.timeout(20):
         while "started" not in log.read_text():
             await asyncio.sleep(0.05)
@@ -204,3 +204,98 @@ async def test_a_restarted_scheduler_reattaches_to_a_running_trainer(make_schedu
         assert row["state"] == "succeeded"
     finally:
         del os.environ["STEP_SECONDS"]
+
+
+async def test_higher_priority_first_then_first_come_first_served(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(cpu_slots=0)
+    order = []
+    async with pool.acquire() as conn:
+        for name, priority in [("low", 0), ("normal-1", 1), ("high", 2), ("normal-2", 1)]:
+            job = await insert_job(conn, state="queued", name=name, attempt=0)
+            await conn.execute("UPDATE jobs SET priority = $2 WHERE id = $1", job, priority)
+            order.append(job)
+    scheduler.executor.cpu_slots = 1
+    await scheduler.refresh_capacity()
+    await scheduler.admit()
+    for job in order:
+        await run_until(scheduler, pool, job, {"succeeded"}, timeout=60)
+    async with pool.acquire() as conn:
+        started = [r["id"] for r in await conn.fetch("SELECT id FROM jobs ORDER BY started_at")]
+    names = {j: n for j, n in zip(order, ["low", "normal-1", "high", "normal-2"], strict=True)}
+    assert [names[j] for j in started] == ["high", "normal-1", "normal-2", "low"]
+
+
+async def test_the_executors_capacity_is_published(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(cpu_slots=3)
+    await scheduler.refresh_capacity()
+    async with pool.acquire() as conn:
+        rows = {r["profile"]: r["total"] for r in await conn.fetch("SELECT * FROM accelerator_capacity")}
+    assert rows == {"cpu": 3, "nvidia": 0, "amd": 0, "intel": 0}
+
+
+async def test_a_time_limit_fails_the_attempt_as_deadline_exceeded(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(script=STUBBORN)
+    job = await queued_job(pool)
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE jobs SET spec = spec || '{\"time_limit_seconds\": 1}'::jsonb WHERE id = $1", job)
+    await scheduler.admit()
+    row = await run_until(scheduler, pool, job, {"failed", "succeeded"}, timeout=30)
+    assert row["error"]["reason"] == "deadline_exceeded" and "time limit" in row["error"]["message"]
+
+
+async def test_an_interrupted_attempt_is_retried_from_its_checkpoint_once(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    import os
+    import signal as sig
+
+    os.environ["STEP_SECONDS"], os.environ["EPOCHS"] = "0.05", "40"
+    try:
+        scheduler = make_scheduler(max_retries=1)
+        job = await queued_job(pool)
+        for attempt in (1, 2):
+            async with asyncio.timeout(30):
+                while True:
+                    await scheduler.admit()
+                    async with pool.acquire() as conn:
+                        a = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = $2", job, attempt)
+                    if a is not None and a["pid"] is not None:
+                        break
+                    await asyncio.sleep(0.05)
+            log = Path(a["run_ref"]) / "output.log"
+            async with asyncio.timeout(30):
+                while '"kind":"epoch"' not in log.read_text():
+                    await asyncio.sleep(0.05)
+            os.killpg(a["pid"], sig.SIGKILL)  # the machine "goes down": trainer and launcher die
+            if attempt == 1:  # retried: queued again, and admitted at once into the freed slot
+                row = await run_until(scheduler, pool, job, {"running", "failed"}, timeout=30)
+                async with asyncio.timeout(30):
+                    while (row := await state_of(pool, job))["attempt"] != 2:
+                        await scheduler.check_running()
+                assert row["state"] in ("queued", "running") and row["resume_from"] == a["output_uri"]
+            else:
+                row = await run_until(scheduler, pool, job, {"failed"}, timeout=30)
+        assert row["error"]["reason"] == "interrupted"
+        async with pool.acquire() as conn:
+            attempts = await conn.fetch("SELECT attempt, retried, resume_from FROM attempts WHERE job_id = $1 ORDER BY attempt", job)
+        assert [(r["attempt"], r["retried"]) for r in attempts] == [(1, True), (2, False)]
+        assert attempts[1]["resume_from"] is not None
+    finally:
+        del os.environ["STEP_SECONDS"], os.environ["EPOCHS"]
+
+
+async def test_a_stopped_job_resumes_as_a_new_attempt_from_its_last_checkpoint(
+    make_scheduler: Any, pool: asyncpg.Pool, common_settings: CommonSettings
+) -> None:
+    scheduler = make_scheduler()
+    job = await queued_job(pool)
+    await scheduler.admit()
+    first = await run_until(scheduler, pool, job, {"succeeded"})
+    # pretend it was stopped after leaving a checkpoint
+    store = open_store(common_settings)
+    key = store.key_of(first["output_uri"])
+    await store.put_bytes(f"{key}/checkpoints/last.pt", b"state")
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE jobs SET state = 'stopped' WHERE id = $1", job)
+    assert await scheduler.resume(job)
+    second = await run_until(scheduler, pool, job, {"succeeded"})
+    assert second["attempt"] == 2 and second["resume_from"] == first["output_uri"]
+    assert not await scheduler.resume(job)  # a succeeded job has nothing to resume

@@ -102,6 +102,17 @@ class StopRequested(Event[StopRequestedData]):
     type: Literal["forge.job.stop-requested"] = "forge.job.stop-requested"
 
 
+class ResumeRequestedData(Payload):
+    requested_by: str = "user"
+
+
+class ResumeRequested(Event[ResumeRequestedData]):
+    """api → scheduler: start a new attempt of a stopped or failed job from its last checkpoint."""
+
+    KIND: ClassVar[str] = "resume-requested"
+    type: Literal["forge.job.resume-requested"] = "forge.job.resume-requested"
+
+
 class JobStatusChangedData(Payload):
     name: str
     state: JobState
@@ -212,6 +223,7 @@ class ModelRegistered(Event[ModelRegisteredData]):
 EVENT_CLASSES: tuple[type[Event[Any]], ...] = (
     JobSubmitted,
     StopRequested,
+    ResumeRequested,
     JobStatusChanged,
     EpochCompleted,
     MetricsReported,

@@ -155,7 +155,10 @@ class JobSpec(BaseModel):
     dataset: DatasetRef
     base_model: str = Field(min_length=1, max_length=300, description="e.g. timm/test_vit")
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    accelerator: str = Field("cpu", description="Accelerator profile")
+    accelerator: str = Field("cpu", description="Accelerator profile: cpu, nvidia, amd or intel (GET /v1/accelerators)")
+    devices: int = Field(1, ge=1, le=64, description="Accelerators per attempt (ignored for cpu)")
+    priority: Literal["low", "normal", "high"] = Field("normal", description="Queue priority; first come first served within one")
+    time_limit_seconds: int | None = Field(None, ge=1, description="Fail the attempt as deadline_exceeded after this long")
     registration: Literal["auto", "manual"] = Field("auto", description="Register the model when artifacts are uploaded, or on deploy")
 
 
@@ -179,6 +182,4 @@ def resolve_hyperparameters(task: Task, given: dict[str, Any]) -> dict[str, Any]
         raise InvalidInput(f"hyperparameters.{loc}: {err['msg']}", field=f"hyperparameters.{loc}") from None
 
 
-# Accelerator profiles this installation offers (the scheduling work widens this to what the
-# executors report as allocatable).
-ACCELERATORS: frozenset[str] = frozenset({"cpu"})
+PRIORITIES: dict[str, int] = {"low": 0, "normal": 1, "high": 2}

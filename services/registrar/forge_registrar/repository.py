@@ -12,9 +12,11 @@ async def get_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> asyncpg.Record
     return await conn.fetchrow("SELECT id, project_id, name, dataset_version_id, base_model, traceparent FROM jobs WHERE id = $1", job_id)
 
 
-async def version_of_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> asyncpg.Record | None:
+async def version_of_attempt(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        "SELECT v.*, m.name AS model_name FROM model_versions v JOIN models m ON m.id = v.model_id WHERE v.job_id = $1", job_id
+        "SELECT v.*, m.name AS model_name FROM model_versions v JOIN models m ON m.id = v.model_id WHERE v.job_id = $1 AND v.attempt = $2",
+        job_id,
+        attempt,
     )
 
 

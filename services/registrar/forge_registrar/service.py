@@ -113,7 +113,7 @@ class Registrar:
 
     async def register(self, job_id: Any, attempt: int, uri: str, artifact_id: str) -> asyncpg.Record | None:
         async with self.pool.acquire() as conn:
-            existing = await repo.version_of_job(conn, job_id)
+            existing = await repo.version_of_attempt(conn, job_id, attempt)
             if existing is not None:
                 return existing
         location = location_from_uri(uri, self.s3)
@@ -126,7 +126,7 @@ class Registrar:
             if job is None:
                 log.warning("job %s: unknown job; nothing to register", job_id)
                 return None
-            existing = await repo.version_of_job(conn, job_id)
+            existing = await repo.version_of_attempt(conn, job_id, attempt)
             if existing is not None:
                 return existing
             with telemetry.span("registrar.register", traceparent=job["traceparent"], job_id=job_id):

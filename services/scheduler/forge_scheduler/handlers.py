@@ -5,7 +5,7 @@ from __future__ import annotations
 from faststream.nats import NatsBroker
 
 from forge_common import bus, telemetry
-from forge_common.events import EpochCompleted, JobSubmitted, StopRequested
+from forge_common.events import EpochCompleted, JobSubmitted, ResumeRequested, StopRequested
 from forge_common.subjects import Subjects
 
 from .service import Scheduler
@@ -23,6 +23,11 @@ def register(broker: NatsBroker, subjects: Subjects, scheduler: Scheduler) -> No
     async def on_stop_requested(event: StopRequested) -> None:
         with telemetry.span("scheduler.on_stop_requested", traceparent=event.traceparent, job_id=event.job_id):
             await scheduler.request_stop(event.job_id)
+
+    @broker.subscriber(**bus.durable(subjects, SERVICE, ResumeRequested.KIND))
+    async def on_resume_requested(event: ResumeRequested) -> None:
+        with telemetry.span("scheduler.on_resume_requested", traceparent=event.traceparent, job_id=event.job_id):
+            await scheduler.resume(event.job_id)
 
     @broker.subscriber(**bus.durable(subjects, SERVICE, EpochCompleted.KIND))
     async def on_epoch_completed(event: EpochCompleted) -> None:

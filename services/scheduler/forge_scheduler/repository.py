@@ -9,12 +9,14 @@ from typing import Any
 import asyncpg
 
 from forge_common.errors import InvalidTransition
-from forge_common.states import JobState, sources_of
+from forge_common.states import JobState, check_transition
 
 ADMISSION_LOCK = 7_240_551_002
 
 _JOB_COLUMNS = frozenset(
     {
+        "queued_at",
+        "resume_from",
         "started_at",
         "finished_at",
         "attempt",
@@ -32,14 +34,19 @@ async def get_job(conn: asyncpg.Connection, job_id: uuid.UUID) -> asyncpg.Record
     return await conn.fetchrow("SELECT * FROM jobs WHERE id = $1", job_id)
 
 
-async def transition(conn: asyncpg.Connection, job_id: uuid.UUID, target: JobState, **columns: Any) -> asyncpg.Record:
-    """Compare-and-set the job into ``target`` from any state the table allows; raises
-    ``InvalidTransition`` when the job is elsewhere (or another replica moved it first)."""
+async def transition(
+    conn: asyncpg.Connection, job_id: uuid.UUID, target: JobState, *, from_states: list[JobState], **columns: Any
+) -> asyncpg.Record:
+    """Compare-and-set the job from one of ``from_states`` into ``target`` (each move must be in
+    the state table); raises ``InvalidTransition`` when the job is elsewhere (or another replica
+    moved it first)."""
     unknown = set(columns) - _JOB_COLUMNS
     if unknown:
         raise ValueError(f"not a scheduler-owned column: {sorted(unknown)}")
+    for state in from_states:
+        check_transition(state, target)
     sets = ["state = $2", "updated_at = now()"]
-    args: list[Any] = [job_id, target.value, sources_of(target)]
+    args: list[Any] = [job_id, target.value, [s.value for s in from_states]]
     for name, value in columns.items():
         args.append(value)
         sets.append(f"{name} = ${len(args)}")
@@ -72,32 +79,35 @@ async def next_queued(conn: asyncpg.Connection, accelerator: str, limit: int) ->
     )
 
 
-async def queued_accelerators(conn: asyncpg.Connection) -> list[str]:
-    return [r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]
-
-
 async def insert_attempt(
     conn: asyncpg.Connection,
     *,
     job_id: uuid.UUID,
     attempt: int,
     executor: str,
-    run_dir: str,
+    run_ref: str,
     log_uri: str,
     output_uri: str,
+    resume_from: str | None = None,
+    accelerator: str = "cpu",
+    deadline_at: datetime | None = None,
 ) -> None:
     await conn.execute(
-        "INSERT INTO attempts (job_id, attempt, executor, run_dir, log_uri, output_uri) VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO attempts (job_id, attempt, executor, run_ref, log_uri, output_uri, resume_from, accelerator, deadline_at)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         job_id,
         attempt,
         executor,
-        run_dir,
+        run_ref,
         log_uri,
         output_uri,
+        resume_from,
+        accelerator,
+        deadline_at,
     )
 
 
-async def set_handle(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, pid: int, pid_started: int) -> asyncpg.Record:
+async def set_handle(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, pid: int | None, pid_started: int | None) -> asyncpg.Record:
     row = await conn.fetchrow(
         "UPDATE attempts SET pid = $3, pid_started = $4 WHERE job_id = $1 AND attempt = $2 RETURNING *",
         job_id,
@@ -132,15 +142,42 @@ async def mark_stop(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, k
     )
 
 
-async def finish_attempt(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, *, exit_code: int | None, outcome: str) -> bool:
+async def finish_attempt(
+    conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, *, exit_code: int | None, outcome: str, retried: bool = False
+) -> bool:
     status = await conn.execute(
-        "UPDATE attempts SET finished_at = now(), exit_code = $3, outcome = $4 WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL",
+        "UPDATE attempts SET finished_at = now(), exit_code = $3, outcome = $4, retried = $5, pending_reason = NULL"
+        " WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL",
         job_id,
         attempt,
         exit_code,
         outcome,
+        retried,
     )
     return status.endswith(" 1")
+
+
+async def count_retries(conn: asyncpg.Connection, job_id: uuid.UUID) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM attempts WHERE job_id = $1 AND retried", job_id))
+
+
+async def attempt_outputs(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[str]:
+    """Every attempt's output location, newest first."""
+    return [r["output_uri"] for r in await conn.fetch("SELECT output_uri FROM attempts WHERE job_id = $1 ORDER BY attempt DESC", job_id)]
+
+
+async def set_pending_reason(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, reason: str | None) -> None:
+    await conn.execute("UPDATE attempts SET pending_reason = $3 WHERE job_id = $1 AND attempt = $2", job_id, attempt, reason)
+
+
+async def save_capacity(conn: asyncpg.Connection, executor: str, capacity: list[Any]) -> None:
+    """What the executor can offer, for the api to show (one row per profile)."""
+    async with conn.transaction():
+        await conn.execute("DELETE FROM accelerator_capacity WHERE executor = $1", executor)
+        await conn.executemany(
+            "INSERT INTO accelerator_capacity (executor, profile, total, detail) VALUES ($1, $2, $3, $4)",
+            [(executor, c.profile, c.total, c.detail) for c in capacity],
+        )
 
 
 async def record_epoch(

@@ -1,4 +1,5 @@
-"""The scheduler's logic: admit queued jobs into free slots, run them, honour stop, and turn a
+"""The scheduler's logic: admit queued jobs into free slots by priority, run them on an executor,
+honour stop and time limits, retry what the infrastructure broke, resume on request, and turn a
 trainer's exit into the job's final state (with its artifacts announced to the registrar)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import logging
 import os
 import signal
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from forge_common import outbox, telemetry
+from forge_common.accelerators import PROFILES
 from forge_common.errors import InvalidTransition
 from forge_common.events import (
     ArtifactUploaded,
@@ -26,20 +28,22 @@ from forge_common.events import (
 )
 from forge_common.jobspec import TRAINERS, Task
 from forge_common.settings import CommonSettings
-from forge_common.states import DEPLOYABLE, JobState
+from forge_common.states import DEPLOYABLE, RESUMABLE, JobState
 from forge_common.storage import ObjectStore
 from forge_common.subjects import Subjects
 from forge_sdk import protocol
 from forge_sdk.env import TrainerEnv
 
 from . import repository as repo
-from .executors.local import ExitStatus, Handle, LaunchSpec, LocalExecutor
+from .executors.base import Capacity, Executor, ExitStatus, Handle, LaunchSpec
 from .settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
 SOURCE = "/forge/scheduler"
 PRODUCER = "scheduler"
+# Failures of the platform, not of the training: worth another attempt (from the last checkpoint).
+RETRYABLE = frozenset({"interrupted", "node_lost"})
 
 
 # ---- the pure part: how a trainer's exit becomes the job's final state -----------------------
@@ -60,6 +64,22 @@ class Decision:
         return {"reason": self.reason or "trainer_crash", "message": self.message or "", "hint": self.hint or ""}
 
 
+HINTS = {
+    "out_of_memory": "use a smaller batch or image size",
+    "bad_config": "fix the job's configuration and submit it again",
+    "dataset_error": "check the dataset version's validation report",
+    "device_unavailable": "pick an accelerator this installation offers",
+    "image_pull": "check the trainer image name and the registry credentials (image-pull Secret)",
+    "unschedulable": "no node can take this job's resources now; pick another profile or ask for fewer devices",
+    "deadline_exceeded": "raise the job's time_limit_seconds, or train for fewer epochs",
+    "interrupted": "its checkpoints are kept: resume it",
+}
+
+
+def hint_for(reason: str | None) -> str:
+    return HINTS.get(reason or "", "see the job's logs for the traceback")
+
+
 def decide_outcome(
     *,
     stop_requested: bool,
@@ -69,12 +89,16 @@ def decide_outcome(
     last_error: str | None = None,
 ) -> Decision:
     """Stop after ≥1 completed epoch → stopped; before → canceled; a clean exit → succeeded;
-    anything else → failed with a reason and a hint. The trainer's own outcome wins when present."""
+    anything else → failed with a reason and a hint. The trainer's own outcome wins when present,
+    except over what the executor knows for certain (a deadline, an OOM kill)."""
     epochs = max(epochs_completed, result.epochs_completed if result else 0)
+    if exit_status.reason == "deadline_exceeded" and not stop_requested:
+        return Decision(JobState.FAILED, epochs, "deadline_exceeded", "the job ran past its time limit", hint_for("deadline_exceeded"))
     if result is not None:
         if result.state == "failed":
-            hint = result.hint or _default_hint(result.reason)
-            return Decision(JobState.FAILED, epochs, result.reason or "trainer_crash", result.message, hint)
+            return Decision(
+                JobState.FAILED, epochs, result.reason or "trainer_crash", result.message, result.hint or hint_for(result.reason)
+            )
         if result.state in ("stopped", "canceled"):
             return Decision(JobState.STOPPED if epochs >= 1 else JobState.CANCELED, epochs, message=result.message)
         return Decision(JobState.SUCCEEDED, epochs)
@@ -85,38 +109,40 @@ def decide_outcome(
     if code == 0:
         return Decision(JobState.SUCCEEDED, epochs)
     if exit_status.error:
-        return Decision(JobState.FAILED, epochs, "trainer_crash", exit_status.error, "check the trainer command and image")
+        reason = exit_status.reason or "trainer_crash"
+        return Decision(
+            JobState.FAILED,
+            epochs,
+            reason,
+            exit_status.error,
+            hint_for(reason) if exit_status.reason else "check the trainer command and image",
+        )
+    if exit_status.reason in ("image_pull", "unschedulable", "node_lost"):
+        return Decision(
+            JobState.FAILED, epochs, exit_status.reason, last_error or exit_status.reason.replace("_", " "), hint_for(exit_status.reason)
+        )
     if exit_status.lost:
         return Decision(
             JobState.FAILED,
             epochs,
             "interrupted",
             "the trainer and its launcher were killed (the platform or the machine went down)",
-            "its checkpoints are kept: resume it or submit it again",
+            hint_for("interrupted"),
         )
-    if code in (137, -signal.SIGKILL) or exit_status.signal == signal.SIGKILL:
+    if exit_status.reason == "out_of_memory" or code in (137, -signal.SIGKILL) or exit_status.signal == signal.SIGKILL:
         return Decision(
             JobState.FAILED,
             epochs,
             "out_of_memory",
-            "the trainer was killed (SIGKILL), most likely by the out-of-memory killer",
-            _default_hint("out_of_memory"),
+            "the trainer was killed (SIGKILL / OOMKilled), most likely for using more memory than it may",
+            hint_for("out_of_memory"),
         )
     if code is not None and code < 0:
         what = f"the trainer was killed by {signal.Signals(-code).name}"
     else:
         what = f"the trainer exited with code {code}"
     message = f"{what}: {last_error}" if last_error else what
-    return Decision(JobState.FAILED, epochs, "trainer_crash", message, _default_hint("trainer_crash"))
-
-
-def _default_hint(reason: str | None) -> str:
-    return {
-        "out_of_memory": "use a smaller batch or image size",
-        "bad_config": "fix the job's configuration and submit it again",
-        "dataset_error": "check the dataset version's validation report",
-        "device_unavailable": "pick an accelerator this installation offers",
-    }.get(reason or "", "see the job's logs for the traceback")
+    return Decision(JobState.FAILED, epochs, "trainer_crash", message, hint_for("trainer_crash"))
 
 
 # ---- the scheduler -------------------------------------------------------------------------------
@@ -127,7 +153,7 @@ class Scheduler:
         self,
         pool: asyncpg.Pool,
         store: ObjectStore,
-        executor: LocalExecutor,
+        executor: Executor,
         subjects: Subjects,
         settings: SchedulerSettings,
         common: CommonSettings,
@@ -139,10 +165,22 @@ class Scheduler:
         self.settings = settings
         self.common = common
         self.handles: dict[tuple[uuid.UUID, int], Handle] = {}
+        self.capacity: dict[str, Capacity] = {}
         self._admit_lock = asyncio.Lock()
 
-    def slots(self, accelerator: str) -> int:
-        return self.settings.cpu_slots if accelerator == "cpu" else 0
+    # -- capacity ------------------------------------------------------------------------------
+
+    async def refresh_capacity(self) -> dict[str, Capacity]:
+        """Ask the executor what it can offer and publish it for the api (GET /v1/accelerators)."""
+        found = await self.executor.capacity()
+        self.capacity = {c.profile: c for c in found if c.profile in PROFILES}
+        async with self.pool.acquire() as conn:
+            await repo.save_capacity(conn, self.executor.name, list(self.capacity.values()))
+        return self.capacity
+
+    def slots(self, profile: str) -> int:
+        cap = self.capacity.get(profile)
+        return cap.total if cap else 0
 
     async def _status(self, conn: asyncpg.Connection, job: asyncpg.Record, previous: JobState | None, **extra: Any) -> None:
         data = JobStatusChangedData(
@@ -161,54 +199,66 @@ class Scheduler:
     # -- admission ---------------------------------------------------------------------------
 
     async def admit(self) -> list[uuid.UUID]:
-        """Start as many queued jobs as there are free slots; returns the jobs started."""
+        """Start as many queued jobs as there are free slots, highest priority first, then first
+        come first served. Each decision reads the head of an index: its cost does not grow with
+        the queue. Returns the jobs started."""
+        if not self.capacity:
+            await self.refresh_capacity()
         async with self._admit_lock:
-            started: list[tuple[asyncpg.Record, Path]] = []
+            started: list[asyncpg.Record] = []
             async with self.pool.acquire() as conn, conn.transaction():
                 await repo.lock_admission(conn)
-                for accelerator in await repo.queued_accelerators(conn):
-                    free = self.slots(accelerator) - await repo.count_running(conn, accelerator)
+                for profile in self.capacity:
+                    free = self.slots(profile) - await repo.count_running(conn, profile)
                     if free <= 0:
                         continue
-                    for job in await repo.next_queued(conn, accelerator, free):
+                    for job in await repo.next_queued(conn, profile, free):
                         started.append(await self._start(conn, job))
-            for job, run_dir in started:
-                await self._launch(job, run_dir)
-            return [job["id"] for job, _ in started]
+            for job in started:
+                await self._launch(job)
+            return [job["id"] for job in started]
 
-    async def _start(self, conn: asyncpg.Connection, job: asyncpg.Record) -> tuple[asyncpg.Record, Path]:
+    async def _start(self, conn: asyncpg.Connection, job: asyncpg.Record) -> asyncpg.Record:
         attempt = job["attempt"] + 1
-        run_dir = self.executor.prepare(str(job["id"]), attempt)
+        run_ref = self.executor.run_ref(str(job["id"]), attempt)
         output_uri = self.store.uri(f"jobs/{job['id']}/{attempt}")
+        time_limit = job["spec"].get("time_limit_seconds")
         with telemetry.span("scheduler.admit", traceparent=job["traceparent"], job_id=job["id"]):
             row = await repo.transition(
                 conn,
                 job["id"],
                 JobState.RUNNING,
+                from_states=[JobState.QUEUED],
                 attempt=attempt,
                 started_at=datetime.now(UTC),
+                finished_at=None,
                 output_uri=output_uri,
                 epochs_completed=0,
                 progress=0.0,
+                error=None,
             )
-            log_uri = self.executor.log_uri(run_dir)
+            log_uri = self.executor.log_uri(run_ref)
             await repo.insert_attempt(
                 conn,
                 job_id=job["id"],
                 attempt=attempt,
                 executor=self.executor.name,
-                run_dir=str(run_dir),
+                run_ref=run_ref,
                 log_uri=log_uri,
                 output_uri=output_uri,
+                resume_from=job["resume_from"],
+                accelerator=job["accelerator"],
+                deadline_at=datetime.now(UTC) + timedelta(seconds=time_limit) if time_limit else None,
             )
             await self._status(conn, row, JobState.QUEUED, executor=self.executor.name, log_uri=log_uri, output_uri=output_uri)
-        return row, run_dir
+        return row
 
     def command_for(self, job: asyncpg.Record) -> list[str]:
         """The trainer to run for a job: the built-in trainer of its task."""
-        return [self.settings.trainer_python, "-m", TRAINERS[Task(job["task"])]]
+        python = self.settings.trainer_python if self.executor.name == "local" else "python"
+        return [python, "-m", TRAINERS[Task(job["task"])]]
 
-    def _trainer_env(self, job: asyncpg.Record, run_dir: Path, input_uri: str | None) -> dict[str, str]:
+    def _trainer_env(self, job: asyncpg.Record, run_ref: str, input_uri: str | None, resume_from: str | None) -> dict[str, str]:
         spec = job["spec"]
         config = {**spec, "job_id": str(job["id"]), "attempt": job["attempt"]}
         env = TrainerEnv(
@@ -217,38 +267,52 @@ class Scheduler:
             input_uri=input_uri,
             artifact_id=job["name"],
             s3=self.store.s3,
+            resume_from=resume_from,
             job_id=str(job["id"]),
             attempt=job["attempt"],
             traceparent=job["traceparent"],
         )
+        trainer = {**env.to_environ(), **self.executor.trainer_env(run_ref)}
+        if self.executor.name != "local":
+            return trainer
         # The trainer gets what its job needs and none of the services' settings or secrets.
         base = {k: v for k, v in os.environ.items() if not k.startswith(("FORGE_", "S3_"))}
-        return {**base, "PYTHONUNBUFFERED": "1", **env.to_environ(), **self.executor.trainer_env(run_dir)}
+        return {**base, "PYTHONUNBUFFERED": "1", **trainer}
 
-    async def _launch(self, job: asyncpg.Record, run_dir: Path) -> None:
+    async def _launch(self, job: asyncpg.Record) -> None:
         async with self.pool.acquire() as conn:
             input_uri = await conn.fetchval("SELECT uri FROM dataset_versions WHERE id = $1", job["dataset_version_id"])
+            attempt = await repo.get_attempt(conn, job["id"], job["attempt"])
+        assert attempt is not None
         spec = LaunchSpec(
             job_id=str(job["id"]),
             attempt=job["attempt"],
+            run_ref=attempt["run_ref"],
             command=self.command_for(job),
-            env=self._trainer_env(job, run_dir, input_uri),
-            run_dir=run_dir,
+            env=self._trainer_env(job, attempt["run_ref"], input_uri or job["spec"]["dataset"].get("uri"), attempt["resume_from"]),
+            accelerator=job["accelerator"],
+            devices=int(job["spec"].get("devices", 1)),
+            image=job["spec"].get("custom_image"),
+            time_limit_seconds=job["spec"].get("time_limit_seconds"),
+            stop_grace_seconds=self.settings.stop_grace_seconds,
+            labels={"forge.job-id": str(job["id"]), "forge.attempt": str(job["attempt"])},
         )
         try:
-            handle = await asyncio.to_thread(self.executor.launch, spec)
-        except OSError as exc:
+            handle = await self.executor.launch(spec)
+        except Exception as exc:
             log.error("job %s: cannot start the trainer: %s", job["id"], exc)
-            await self.finalize(job["id"], job["attempt"], ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}"), run_dir)
+            await self.finalize(
+                job["id"], job["attempt"], ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}"), Handle(attempt["run_ref"])
+            )
             return
         self.handles[(job["id"], job["attempt"])] = handle
         async with self.pool.acquire() as conn:
             attempt = await repo.set_handle(conn, job["id"], job["attempt"], handle.pid, handle.pid_started)
-        log.info("job %s attempt %d: trainer started (pid %d)", job["id"], job["attempt"], handle.pid)
+        log.info("job %s attempt %d: trainer started (%s)", job["id"], job["attempt"], handle.run_ref)
         if attempt["stop_requested_at"] is not None:  # Stop arrived while we were launching
-            self.executor.terminate(handle)
+            await self.executor.terminate(handle, self.settings.stop_grace_seconds)
 
-    # -- stop --------------------------------------------------------------------------------
+    # -- stop and resume ---------------------------------------------------------------------
 
     async def request_stop(self, job_id: uuid.UUID) -> None:
         """Queued → canceled at once; running → SIGTERM now, SIGKILL after the grace period."""
@@ -258,7 +322,9 @@ class Scheduler:
                 return
             if job["state"] == JobState.QUEUED:
                 try:
-                    row = await repo.transition(conn, job_id, JobState.CANCELED, finished_at=datetime.now(UTC))
+                    row = await repo.transition(
+                        conn, job_id, JobState.CANCELED, from_states=[JobState.QUEUED], finished_at=datetime.now(UTC)
+                    )
                 except InvalidTransition:
                     job = await repo.get_job(conn, job_id)  # admitted meanwhile: stop it as running
                 else:
@@ -269,10 +335,37 @@ class Scheduler:
                 return
             kill_after = datetime.now(UTC) + timedelta(seconds=self.settings.stop_grace_seconds)
             attempt = await repo.mark_stop(conn, job_id, job["attempt"], kill_after)
-        if attempt is not None and attempt["pid"] is not None:
-            handle = self.handles.get((job_id, attempt["attempt"])) or Handle(attempt["pid"], attempt["pid_started"] or 0)
-            sent = self.executor.terminate(handle)
+        if attempt is not None and (attempt["pid"] is not None or self.executor.name != "local"):
+            handle = self._handle(attempt)
+            sent = await self.executor.terminate(handle, self.settings.stop_grace_seconds)
             log.info("job %s: stop requested, SIGTERM %s", job_id, "sent" if sent else "not needed (already exited)")
+
+    async def resume(self, job_id: uuid.UUID) -> bool:
+        """A stopped or failed job gets a new attempt from its last checkpoint."""
+        resume_from = await self._last_checkpoint(job_id)
+        async with self.pool.acquire() as conn, conn.transaction():
+            job = await repo.get_job(conn, job_id)
+            if job is None or job["state"] not in RESUMABLE:
+                return False
+            previous = JobState(job["state"])
+            row = await repo.transition(
+                conn, job_id, JobState.QUEUED, from_states=list(RESUMABLE), queued_at=datetime.now(UTC), resume_from=resume_from, error=None
+            )
+            await self._status(
+                conn, row, previous, message=f"resuming from {resume_from}" if resume_from else "no checkpoint: starting over"
+            )
+        await self.admit()
+        return True
+
+    async def _last_checkpoint(self, job_id: uuid.UUID) -> str | None:
+        """The output of the latest attempt that left checkpoints."""
+        async with self.pool.acquire() as conn:
+            outputs = await repo.attempt_outputs(conn, job_id)
+        for uri in outputs:
+            key = self.store.key_of(uri)
+            if key is not None and await self.store.list(f"{key}/checkpoints"):
+                return uri
+        return None
 
     # -- progress ----------------------------------------------------------------------------
 
@@ -285,100 +378,157 @@ class Scheduler:
 
     # -- exits -------------------------------------------------------------------------------
 
+    def _handle(self, attempt: asyncpg.Record) -> Handle:
+        key = (attempt["job_id"], attempt["attempt"])
+        if key not in self.handles:
+            self.handles[key] = Handle(attempt["run_ref"], attempt["pid"], attempt["pid_started"])
+        return self.handles[key]
+
     async def check_running(self) -> int:
-        """One monitor pass: finish attempts whose trainer ended, kill those past their deadline."""
+        """One monitor pass: finish attempts whose trainer ended, enforce stop deadlines and time
+        limits, record why pending attempts wait."""
         finished = 0
         async with self.pool.acquire() as conn:
             attempts = await repo.open_attempts(conn, self.executor.name)
         now = datetime.now(UTC)
         for a in attempts:
-            key = (a["job_id"], a["attempt"])
-            run_dir = Path(a["run_dir"])
-            handle = self.handles.get(key)
-            if handle is None and a["pid"] is not None:
-                handle = self.handles[key] = Handle(a["pid"], a["pid_started"] or 0)
-            if handle is None and not (run_dir / "exit.json").exists():
-                continue  # being launched right now
-            status = self.executor.poll(handle, run_dir)
+            if a["pid"] is None and self.executor.name == "local" and (a["job_id"], a["attempt"]) not in self.handles:
+                if not await self._launched_elsewhere(a):
+                    continue  # being launched right now
+            handle = self._handle(a)
+            status = await self.executor.poll(handle)
             if status is None:
-                if a["kill_after"] is not None and now >= a["kill_after"] and handle is not None:
+                if a["kill_after"] is not None and now >= a["kill_after"]:
                     log.warning("job %s: stop deadline passed, killing the trainer", a["job_id"])
-                    self.executor.kill(handle)
-                continue
-            await self.finalize(a["job_id"], a["attempt"], status, run_dir)
+                    await self.executor.kill(handle)
+                elif a["deadline_at"] is not None and now >= a["deadline_at"]:
+                    log.warning("job %s: time limit reached, killing the trainer", a["job_id"])
+                    await self.executor.kill(handle)
+                else:
+                    reason = await self.executor.pending_reason(handle)
+                    if reason != a["pending_reason"]:
+                        async with self.pool.acquire() as conn:
+                            await repo.set_pending_reason(conn, a["job_id"], a["attempt"], reason)
+                continue  # a killed trainer's exit is read on the next pass
+            await self.finalize(a["job_id"], a["attempt"], status, handle)
             finished += 1
         if finished:
             await self.admit()
         return finished
 
-    async def finalize(self, job_id: uuid.UUID, attempt_no: int, status: ExitStatus, run_dir: Path) -> JobState | None:
-        result = self.executor.read_result(run_dir)
+    async def _launched_elsewhere(self, attempt: asyncpg.Record) -> bool:
+        """An attempt without a pid is either being launched right now or its launch was lost."""
+        return (Path(attempt["run_ref"]) / "exit.json").exists() or (datetime.now(UTC) - attempt["started_at"]).total_seconds() > 60
+
+    async def finalize(self, job_id: uuid.UUID, attempt_no: int, status: ExitStatus, handle: Handle) -> JobState | None:
+        result = await self.executor.read_result(handle)
+        last_error = await self.executor.last_error(handle)
+        retry = False
         async with self.pool.acquire() as conn, conn.transaction():
             job = await repo.get_job(conn, job_id)
             attempt = await repo.get_attempt(conn, job_id, attempt_no)
             if job is None or attempt is None or attempt["finished_at"] is not None:
                 return None
+            if attempt["deadline_at"] is not None and datetime.now(UTC) >= attempt["deadline_at"] and status.returncode != 0:
+                status = replace(status, reason="deadline_exceeded")
             decision = decide_outcome(
                 stop_requested=attempt["stop_requested_at"] is not None,
                 exit_status=status,
                 result=result,
                 epochs_completed=job["epochs_completed"],
-                last_error=self.executor.last_error(run_dir),
+                last_error=last_error,
             )
-            await repo.finish_attempt(conn, job_id, attempt_no, exit_code=status.returncode, outcome=decision.state.value)
+            retries_used = await repo.count_retries(conn, job_id)
+            retry = decision.reason in RETRYABLE and retries_used < self.settings.max_retries
+            await repo.finish_attempt(conn, job_id, attempt_no, exit_code=status.returncode, outcome=decision.state.value, retried=retry)
             with telemetry.span("scheduler.finish", traceparent=job["traceparent"], job_id=job_id, state=decision.state.value):
-                columns: dict[str, Any] = {
-                    "finished_at": datetime.now(UTC),
-                    "epochs_completed": decision.epochs_completed,
-                    "error": decision.error,
-                }
-                if decision.state is JobState.SUCCEEDED:
-                    columns["progress"] = 1.0
-                if result is not None and result.best_metrics:
-                    columns["best_metrics"] = result.best_metrics
-                try:
-                    row = await repo.transition(conn, job_id, decision.state, **columns)
-                except InvalidTransition:
-                    return None  # another replica finished it
-                await self._status(
-                    conn,
-                    row,
-                    JobState.RUNNING,
-                    reason=decision.reason,
-                    message=decision.message,
-                    hint=decision.hint,
-                    executor=attempt["executor"],
-                    log_uri=attempt["log_uri"],
-                    output_uri=attempt["output_uri"],
-                )
-                if decision.state in DEPLOYABLE:
-                    event = ArtifactUploaded.of(
-                        ArtifactUploadedData(
-                            job_id=job_id,
-                            attempt=attempt_no,
-                            artifact_id=job["name"],
-                            uri=attempt["output_uri"],
-                            outcome=decision.state,
-                            registration=job["spec"].get("registration", "auto"),
-                        ),
-                        source=SOURCE,
-                        traceparent=telemetry.current_traceparent() or job["traceparent"],
+                if retry:
+                    row = await repo.transition(
+                        conn,
+                        job_id,
+                        JobState.QUEUED,
+                        from_states=[JobState.RUNNING],
+                        queued_at=datetime.now(UTC),
+                        resume_from=attempt["output_uri"],
                     )
-                    await outbox.add(conn, self.subjects, event, producer=PRODUCER)
+                    await self._status(
+                        conn,
+                        row,
+                        JobState.RUNNING,
+                        reason=decision.reason,
+                        message=f"{decision.message}; retrying from the last checkpoint ({retries_used + 1}/{self.settings.max_retries})",
+                        log_uri=attempt["log_uri"],
+                    )
+                else:
+                    await self._end(conn, job, attempt, decision, result)
         self.handles.pop((job_id, attempt_no), None)
-        if decision.state is JobState.CANCELED:
+        if not retry and decision.state is JobState.CANCELED:
             prefix = self.store.key_of(attempt["output_uri"])
             if prefix is not None:
                 removed = await self.store.delete_prefix(prefix)
                 log.info("job %s canceled: removed %d output object(s)", job_id, removed)
         if not self.settings.keep_work_dir:
-            self.executor.cleanup(run_dir)
-        log.info("job %s attempt %d: %s%s", job_id, attempt_no, decision.state.value, f" ({decision.reason})" if decision.reason else "")
-        return decision.state
+            await self.executor.cleanup(handle)
+        log.info(
+            "job %s attempt %d: %s%s%s",
+            job_id,
+            attempt_no,
+            decision.state.value,
+            f" ({decision.reason})" if decision.reason else "",
+            ", retrying" if retry else "",
+        )
+        return JobState.QUEUED if retry else decision.state
+
+    async def _end(
+        self, conn: asyncpg.Connection, job: asyncpg.Record, attempt: asyncpg.Record, decision: Decision, result: protocol.Outcome | None
+    ) -> None:
+        columns: dict[str, Any] = {
+            "finished_at": datetime.now(UTC),
+            "epochs_completed": decision.epochs_completed,
+            "error": decision.error,
+        }
+        if decision.state is JobState.SUCCEEDED:
+            columns["progress"] = 1.0
+        if result is not None and result.best_metrics:
+            columns["best_metrics"] = result.best_metrics
+        try:
+            row = await repo.transition(conn, job["id"], decision.state, from_states=[JobState.RUNNING], **columns)
+        except InvalidTransition:
+            return  # another replica finished it
+        await self._status(
+            conn,
+            row,
+            JobState.RUNNING,
+            reason=decision.reason,
+            message=decision.message,
+            hint=decision.hint,
+            executor=attempt["executor"],
+            log_uri=attempt["log_uri"],
+            output_uri=attempt["output_uri"],
+        )
+        if decision.state in DEPLOYABLE:
+            event = ArtifactUploaded.of(
+                ArtifactUploadedData(
+                    job_id=job["id"],
+                    attempt=attempt["attempt"],
+                    artifact_id=job["name"],
+                    uri=attempt["output_uri"],
+                    outcome=decision.state,
+                    registration=job["spec"].get("registration", "auto"),
+                ),
+                source=SOURCE,
+                traceparent=telemetry.current_traceparent() or job["traceparent"],
+            )
+            await outbox.add(conn, self.subjects, event, producer=PRODUCER)
 
     async def run_monitor(self, stop: asyncio.Event) -> None:
+        last_capacity = 0.0
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
             try:
+                if loop.time() - last_capacity > self.settings.capacity_refresh_seconds:
+                    await self.refresh_capacity()
+                    last_capacity = loop.time()
                 await self.check_running()
             except Exception:
                 log.exception("monitor pass failed")

@@ -1,20 +1,23 @@
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 from typing import Annotated
 
+import asyncpg
 from fastapi import APIRouter, Header, Query
 from sse_starlette.sse import EventSourceResponse
 
+from forge_common.errors import NotFound
 from forge_common.states import JobState
 
 from .. import streams
 from ..deps import ConnDep, ServicesDep
 from ..projects import ProjectDep
+from . import queue, service
 from . import repository as repo
-from . import service
-from .schemas import Job, JobCreate, LogLineOut, Logs, Metrics
+from .schemas import Attempt, Duplicate, Job, JobCreate, JobUpdate, LogLineOut, Logs, Metrics
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -32,12 +35,45 @@ async def list_jobs(
     state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Job]:
-    return [Job.of(r) for r in await repo.list_jobs(conn, project, state.value if state else None, limit)]
+    rows = await repo.list_jobs(conn, project, state.value if state else None, limit)
+    positions = await repo.queue_positions(conn) if any(r["state"] == "queued" for r in rows) else {}
+    return [Job.of(r, queue_position=positions.get(r["id"])) for r in rows]
+
+
+async def full(conn: asyncpg.Connection, row: asyncpg.Record) -> Job:
+    """A job with its attempts, its place in the queue and what it waits for."""
+    position = await queue.position(conn, row)
+    return Job.of(
+        row,
+        attempts=[Attempt(**dict(a)) for a in await repo.attempts(conn, row["id"])],
+        queue_position=position,
+        waiting_for=await queue.waiting_for(conn, row, position),
+    )
 
 
 @router.get("/{job_id}", response_model=Job)
 async def get_job(job_id: uuid.UUID, conn: ConnDep, project: ProjectDep) -> Job:
-    return Job.of(await service.get_job(conn, project, job_id))
+    return await full(conn, await service.get_job(conn, project, job_id))
+
+
+@router.patch("/{job_id}", response_model=Job)
+async def update_job(job_id: uuid.UUID, body: JobUpdate, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+    """Edit a draft, or re-prioritise a queued job."""
+    changes = body.model_dump(exclude_unset=True)
+    return await full(conn, await service.update_job(conn, services.subjects, project, job_id, changes))
+
+
+@router.post("/{job_id}/duplicate", status_code=201, response_model=Job)
+async def duplicate_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep, body: Duplicate | None = None) -> Job:
+    """A new draft with the same spec, editable before it starts."""
+    return Job.of(await service.duplicate_job(conn, services.subjects, project, job_id, body.name if body else None))
+
+
+@router.post("/{job_id}/resume", status_code=202, response_model=Job)
+async def resume_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+    """A new attempt of a stopped or failed job, from its last checkpoint (its attempts are
+    listed on the job)."""
+    return await full(conn, await service.resume_job(conn, services.subjects, project, job_id))
 
 
 @router.post("/{job_id}/start", response_model=Job)
@@ -79,6 +115,17 @@ async def get_metrics(job_id: uuid.UUID, conn: ConnDep, project: ProjectDep) -> 
         row.setdefault("epoch", r["epoch"])
         row[r["name"]] = r["value"]
     return Metrics(steps=[rows["step"][k] for k in sorted(rows["step"])], epochs=[rows["epoch"][k] for k in sorted(rows["epoch"])])
+
+
+@router.get("/{job_id}/split")
+async def get_split(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> dict[str, object]:
+    """The train/val split the job's trainer used (saved with its outputs): evaluate on ``val``,
+    never on training items. Items are dataset-relative paths (images) or record numbers (JSONL)."""
+    job = await service.get_job(conn, project, job_id)
+    key = services.store.key_of(job["output_uri"]) if job["output_uri"] else None
+    if key is None or await services.store.stat(f"{key}/split.json") is None:
+        raise NotFound(f"job {job_id} has no recorded split yet (its trainer saves it when it starts)")
+    return json.loads(await services.store.get_bytes(f"{key}/split.json"))  # type: ignore[no-any-return]
 
 
 @router.get("/{job_id}/events", response_class=EventSourceResponse)

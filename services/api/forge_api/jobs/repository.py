@@ -8,11 +8,13 @@ from typing import Any
 import asyncpg
 
 from forge_common.errors import InvalidTransition
-from forge_common.states import JobState, sources_of
+from forge_common.states import JobState, check_transition
 
+# a job and the model version its latest registered attempt produced
 _SELECT = (
-    "SELECT j.*, m.name AS model_name, v.version AS model_version FROM jobs j"
-    " LEFT JOIN model_versions v ON v.job_id = j.id LEFT JOIN models m ON m.id = v.model_id"
+    "SELECT j.*, mv.model_name, mv.model_version FROM jobs j LEFT JOIN LATERAL ("
+    " SELECT m.name AS model_name, v.version AS model_version FROM model_versions v JOIN models m ON m.id = v.model_id"
+    " WHERE v.job_id = j.id ORDER BY v.attempt DESC LIMIT 1) mv ON true"
 )
 
 
@@ -31,8 +33,8 @@ async def list_jobs(conn: asyncpg.Connection, project_id: uuid.UUID, state: str 
 
 async def insert_job(conn: asyncpg.Connection, **f: Any) -> None:
     await conn.execute(
-        "INSERT INTO jobs (id, project_id, name, task, spec, dataset_version_id, base_model, accelerator, state, queued_at, traceparent, total_epochs)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, CASE WHEN $9 = 'queued' THEN now() END, $10, $11)",
+        "INSERT INTO jobs (id, project_id, name, task, spec, dataset_version_id, base_model, accelerator, state, queued_at, traceparent, total_epochs, priority)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, CASE WHEN $9 = 'queued' THEN now() END, $10, $11, $12)",
         f["id"],
         f["project_id"],
         f["name"],
@@ -44,15 +46,16 @@ async def insert_job(conn: asyncpg.Connection, **f: Any) -> None:
         f["state"],
         f["traceparent"],
         f["total_epochs"],
+        f["priority"],
     )
 
 
 async def queue(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
-    """draft → queued (compare-and-set)."""
+    """draft → queued (compare-and-set; every later move is the scheduler's)."""
+    check_transition(JobState.DRAFT, JobState.QUEUED)
     status = await conn.execute(
-        "UPDATE jobs SET state = 'queued', queued_at = now(), updated_at = now() WHERE id = $1 AND state = ANY($2::text[])",
+        "UPDATE jobs SET state = 'queued', queued_at = now(), updated_at = now() WHERE id = $1 AND state = 'draft'",
         job_id,
-        sources_of(JobState.QUEUED),
     )
     if status != "UPDATE 1":
         current = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
@@ -99,3 +102,40 @@ async def metric_points(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: in
         job_id,
         attempt,
     )
+
+
+async def update_spec(
+    conn: asyncpg.Connection, job_id: uuid.UUID, state: JobState, spec: dict[str, Any], dataset_version_id: uuid.UUID, priority: int
+) -> bool:
+    """Edit a draft (or re-prioritise a queued job), if it is still in ``state``."""
+    status = await conn.execute(
+        "UPDATE jobs SET spec = $3, name = $4, task = $5, base_model = $6, accelerator = $7, dataset_version_id = $8, priority = $9,"
+        " total_epochs = $10, updated_at = now() WHERE id = $1 AND state = $2",
+        job_id,
+        state.value,
+        spec,
+        spec["name"],
+        spec["task"],
+        spec["base_model"],
+        spec["accelerator"],
+        dataset_version_id,
+        priority,
+        spec["hyperparameters"].get("epochs"),
+    )
+    return status == "UPDATE 1"
+
+
+async def attempts(conn: asyncpg.Connection, job_id: uuid.UUID) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT attempt, executor, started_at, finished_at, exit_code, outcome, resume_from, pending_reason, retried FROM attempts"
+        " WHERE job_id = $1 ORDER BY attempt",
+        job_id,
+    )
+
+
+async def queue_positions(conn: asyncpg.Connection) -> dict[uuid.UUID, int]:
+    rows = await conn.fetch(
+        "SELECT id, row_number() OVER (PARTITION BY accelerator ORDER BY priority DESC, queued_at, id) AS position"
+        " FROM jobs WHERE state = 'queued'"
+    )
+    return {r["id"]: r["position"] for r in rows}

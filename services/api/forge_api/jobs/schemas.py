@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from forge_common.jobspec import JobSpec
 from forge_common.states import JobState
@@ -31,6 +31,18 @@ class DatasetRefOut(BaseModel):
     version: int
 
 
+class Attempt(BaseModel):
+    attempt: int
+    executor: str
+    started_at: datetime
+    finished_at: datetime | None
+    exit_code: int | None
+    outcome: str | None
+    resume_from: str | None
+    pending_reason: str | None
+    retried: bool
+
+
 class Job(BaseModel):
     id: uuid.UUID
     name: str
@@ -45,8 +57,14 @@ class Job(BaseModel):
     base_model: str
     hyperparameters: dict[str, Any]
     accelerator: str
+    devices: int
+    priority: str
+    time_limit_seconds: int | None
     registration: str
     attempt: int
+    attempts: list[Attempt] = Field(default_factory=list, description="Every time the job's trainer was started (GET /v1/jobs/{id})")
+    queue_position: int | None = Field(None, description="1-based place in its accelerator's queue, while queued")
+    waiting_for: str | None = Field(None, description="Why it has not started yet")
     stop_requested: bool
     output_uri: str | None
     model: ModelRef | None
@@ -56,7 +74,7 @@ class Job(BaseModel):
     finished_at: datetime | None
 
     @classmethod
-    def of(cls, row: asyncpg.Record) -> Job:
+    def of(cls, row: asyncpg.Record, **extra: Any) -> Job:
         spec = row["spec"]
         model = ModelRef(name=row["model_name"], version=row["model_version"]) if row.get("model_version") else None
         return cls(
@@ -73,6 +91,9 @@ class Job(BaseModel):
             base_model=row["base_model"],
             hyperparameters=spec.get("hyperparameters", {}),
             accelerator=row["accelerator"],
+            devices=spec.get("devices", 1),
+            priority=spec.get("priority", "normal"),
+            time_limit_seconds=spec.get("time_limit_seconds"),
             registration=spec.get("registration", "auto"),
             attempt=row["attempt"],
             stop_requested=row["stop_requested_at"] is not None,
@@ -82,7 +103,28 @@ class Job(BaseModel):
             queued_at=row["queued_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
+            **extra,
         )
+
+
+class JobUpdate(BaseModel):
+    """Fields a draft may change (a queued job: only priority)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    dataset: dict[str, Any] | None = None
+    base_model: str | None = None
+    hyperparameters: dict[str, Any] | None = None
+    accelerator: str | None = None
+    devices: int | None = None
+    priority: Literal["low", "normal", "high"] | None = None
+    time_limit_seconds: int | None = None
+    registration: Literal["auto", "manual"] | None = None
+
+
+class Duplicate(BaseModel):
+    name: str | None = Field(None, description="Name of the new draft (default: the same name)")
 
 
 class LogLineOut(BaseModel):

@@ -10,12 +10,22 @@ import asyncpg
 
 from forge_common import outbox, telemetry
 from forge_common.errors import Conflict, InvalidInput, NotFound
-from forge_common.events import JobStatusChanged, JobStatusChangedData, JobSubmitted, JobSubmittedData, StopRequested, StopRequestedData
-from forge_common.jobspec import ACCELERATORS, TASK_FORMATS, resolve_hyperparameters
-from forge_common.states import JobState
+from forge_common.events import (
+    JobStatusChanged,
+    JobStatusChangedData,
+    JobSubmitted,
+    JobSubmittedData,
+    ResumeRequested,
+    ResumeRequestedData,
+    StopRequested,
+    StopRequestedData,
+)
+from forge_common.jobspec import PRIORITIES, TASK_FORMATS, resolve_hyperparameters
+from forge_common.states import RESUMABLE, JobState
 from forge_common.subjects import Subjects
 
 from ..basemodels import service as basemodels
+from . import queue
 from . import repository as repo
 from .schemas import JobCreate
 
@@ -42,10 +52,7 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
             field="dataset",
         )
     base_model = await basemodels.resolve(conn, project_id, body.base_model, body.task)
-    if body.accelerator not in ACCELERATORS:
-        raise InvalidInput(
-            f"accelerator {body.accelerator!r} is not offered here; available: {', '.join(sorted(ACCELERATORS))}", field="accelerator"
-        )
+    await queue.check_accelerator(conn, body.accelerator, body.devices)
     spec = {
         "name": body.name,
         "task": body.task.value,
@@ -61,6 +68,9 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
         "base_model_spec": base_model,
         "hyperparameters": hyperparameters,
         "accelerator": body.accelerator,
+        "devices": body.devices,
+        "priority": body.priority,
+        "time_limit_seconds": body.time_limit_seconds,
         "registration": body.registration,
     }
     return spec, version
@@ -102,6 +112,7 @@ async def create_job(conn: asyncpg.Connection, subjects: Subjects, project_id: u
                 dataset_version_id=version["id"],
                 base_model=body.base_model,
                 accelerator=body.accelerator,
+                priority=PRIORITIES[body.priority],
                 state=state.value,
                 traceparent=traceparent,
                 total_epochs=spec["hyperparameters"].get("epochs"),
@@ -143,4 +154,72 @@ async def stop_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uui
             raise Conflict(f"the job is already {state}")
         event = StopRequested.of(StopRequestedData(job_id=job_id), source=SOURCE, traceparent=job["traceparent"])
         await outbox.add(conn, subjects, event, producer=PRODUCER)
+    return await get_job(conn, project_id, job_id)
+
+
+async def resume_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID) -> asyncpg.Record:
+    """Ask for a new attempt of a stopped or failed job, from its last checkpoint."""
+    job = await get_job(conn, project_id, job_id)
+    if job["state"] not in RESUMABLE:
+        why = {
+            "succeeded": "it succeeded: duplicate it to train again",
+            "canceled": "it was canceled before its first epoch and kept nothing: duplicate it to start over",
+        }.get(job["state"], f"it is {job['state']}")
+        raise Conflict(f"only a stopped or failed job can be resumed; {why}")
+    event = ResumeRequested.of(ResumeRequestedData(job_id=job_id), source=SOURCE, traceparent=job["traceparent"])
+    await outbox.add(conn, subjects, event, producer=PRODUCER)
+    return job
+
+
+async def duplicate_job(
+    conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID, name: str | None
+) -> asyncpg.Record:
+    """A new draft with the same spec (the same dataset version and base model: comparable)."""
+    job = await get_job(conn, project_id, job_id)
+    spec = job["spec"]
+    body = JobCreate(
+        name=name or spec["name"],
+        task=spec["task"],
+        dataset={"name": spec["dataset"]["name"], "version": spec["dataset"]["version"]},
+        base_model=spec["base_model"],
+        hyperparameters=spec["hyperparameters"],
+        accelerator=spec.get("accelerator", "cpu"),
+        devices=spec.get("devices", 1),
+        priority=spec.get("priority", "normal"),
+        time_limit_seconds=spec.get("time_limit_seconds"),
+        registration=spec.get("registration", "auto"),
+        start=False,
+    )
+    return await create_job(conn, subjects, project_id, body)
+
+
+async def update_job(
+    conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID, changes: dict[str, Any]
+) -> asyncpg.Record:
+    """A draft can change anything; a queued job only its priority."""
+    job = await get_job(conn, project_id, job_id)
+    if job["state"] == JobState.QUEUED:
+        extra = set(changes) - {"priority"}
+        if extra:
+            raise Conflict(f"a queued job can only be re-prioritised; {', '.join(sorted(extra))} can change while it is a draft")
+    elif job["state"] != JobState.DRAFT:
+        raise Conflict(f"the job is {job['state']}: only a draft can be edited, or a queued job re-prioritised")
+    spec = job["spec"]
+    merged = {
+        "name": spec["name"],
+        "task": spec["task"],
+        "dataset": {"name": spec["dataset"]["name"], "version": spec["dataset"]["version"]},
+        "base_model": spec["base_model"],
+        "hyperparameters": spec["hyperparameters"],
+        "accelerator": spec.get("accelerator", "cpu"),
+        "devices": spec.get("devices", 1),
+        "priority": spec.get("priority", "normal"),
+        "time_limit_seconds": spec.get("time_limit_seconds"),
+        "registration": spec.get("registration", "auto"),
+        **changes,
+    }
+    body = JobCreate.model_validate(merged)
+    new_spec, version = await resolve_spec(conn, project_id, body)
+    if not await repo.update_spec(conn, job_id, JobState(job["state"]), new_spec, version["id"], PRIORITIES[body.priority]):
+        raise Conflict("the job changed state meanwhile; read it again")
     return await get_job(conn, project_id, job_id)

@@ -1,13 +1,14 @@
-"""The local executor: one process per job on this machine, in its own session, output in a file.
+"""The local executor: one process per attempt on this machine, in its own session, output in a file.
 
-A run folder per attempt holds ``output.log`` (everything the trainer prints), ``result.json``
-(the SDK's outcome), ``exit.json`` (written by the launcher) and ``work/`` (scratch). The pid and
-its kernel start time are recorded, so a restarted scheduler re-attaches to a run that is still
-going, and never mistakes a recycled pid for it.
+A run folder per attempt (its ``run_ref``) holds ``output.log`` (everything the trainer prints),
+``result.json`` (the SDK's outcome), ``exit.json`` (written by the launcher), ``pid`` and ``work/``
+(scratch). The pid and its kernel start time are recorded, so a restarted scheduler re-attaches to
+a run that is still going and never mistakes a recycled pid for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -15,40 +16,30 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from forge_sdk import protocol
 
 from ..launcher import EXIT_FILE
+from .base import Capacity, ExitStatus, Handle, LaunchSpec
 
 OUTPUT_FILE = "output.log"
 RESULT_FILE = "result.json"
 WORK_DIR = "work"
 PID_FILE = "pid"  # "<pid> <start time>": lets operators' tools find a run's process group
 
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    job_id: str
-    attempt: int
-    command: list[str]
-    env: dict[str, str]
-    run_dir: Path
-
-
-@dataclass(frozen=True)
-class Handle:
-    pid: int
-    pid_started: int
-
-
-@dataclass(frozen=True)
-class ExitStatus:
-    returncode: int | None
-    signal: int | None = None
-    lost: bool = False  # gone without an exit record: its launcher was killed too (a shutdown, a reboot)
-    error: str | None = None
+# Counts devices with the trainers' own torch (the scheduler itself has none).
+_PROBE = """
+import json
+try:
+    import torch
+    hip = getattr(torch.version, "hip", None) is not None
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    xpu = torch.xpu.device_count() if hasattr(torch, "xpu") and torch.xpu.is_available() else 0
+    print(json.dumps({"nvidia": 0 if hip else n, "amd": n if hip else 0, "intel": xpu}))
+except Exception as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
 
 
 def _proc_start_time(pid: int) -> int | None:
@@ -66,43 +57,68 @@ def _proc_start_time(pid: int) -> int | None:
 _ERROR_RE = re.compile(r"(Error|Exception|error:|Traceback|Killed)")
 
 
+def probe_devices(python: str, timeout: float = 120.0) -> tuple[dict[str, int], str]:
+    """GPUs torch can see from the trainers' interpreter: ({profile: count}, a note)."""
+    try:
+        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, check=False).stdout
+        found = json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return {}, f"device probe failed: {exc}"
+    if "error" in found:
+        return {}, f"device probe failed: {found['error']}"
+    return {k: int(v) for k, v in found.items()}, ""
+
+
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, run_root: Path) -> None:
+    def __init__(self, run_root: Path, *, cpu_slots: int = 1, devices: dict[str, int] | None = None, device_note: str = "") -> None:
         self.run_root = run_root.resolve()
         self.run_root.mkdir(parents=True, exist_ok=True)
+        self.cpu_slots = cpu_slots
+        self.devices = devices or {}
+        self.device_note = device_note
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
-    def run_dir(self, job_id: str, attempt: int) -> Path:
-        return self.run_root / str(job_id) / str(attempt)
+    # -- where things are ----------------------------------------------------------------------------
 
-    def log_uri(self, run_dir: Path) -> str:
-        return (run_dir / OUTPUT_FILE).as_uri()
+    def run_ref(self, job_id: str, attempt: int) -> str:
+        return str(self.run_root / str(job_id) / str(attempt))
 
-    def prepare(self, job_id: str, attempt: int) -> Path:
-        run_dir = self.run_dir(job_id, attempt)
+    def log_uri(self, run_ref: str) -> str:
+        return (Path(run_ref) / OUTPUT_FILE).as_uri()
+
+    def trainer_env(self, run_ref: str) -> dict[str, str]:
+        return {"FORGE_RESULT_FILE": str(Path(run_ref) / RESULT_FILE), "FORGE_WORK_DIR": str(Path(run_ref) / WORK_DIR)}
+
+    # -- what it can offer -----------------------------------------------------------------------------
+
+    async def capacity(self) -> list[Capacity]:
+        out = [Capacity("cpu", self.cpu_slots, f"{self.cpu_slots} CPU slot(s) on this machine")]
+        for profile in ("nvidia", "amd", "intel"):
+            n = self.devices.get(profile, 0)
+            out.append(Capacity(profile, n, f"{n} device(s) visible to torch" if n else (self.device_note or "no device visible to torch")))
+        return out
+
+    # -- running -----------------------------------------------------------------------------------------
+
+    async def launch(self, spec: LaunchSpec) -> Handle:
+        if spec.image:
+            raise ValueError("a custom image needs a container runtime: run this job on the Kubernetes executor")
+        return await asyncio.to_thread(self._launch, spec)
+
+    def _launch(self, spec: LaunchSpec) -> Handle:
+        run_dir = Path(spec.run_ref)
         (run_dir / WORK_DIR).mkdir(parents=True, exist_ok=True)
-        (run_dir / OUTPUT_FILE).touch()
-        return run_dir
-
-    def trainer_env(self, run_dir: Path) -> dict[str, str]:
-        """What the executor adds to every trainer's environment."""
-        return {
-            "FORGE_RESULT_FILE": str(run_dir / RESULT_FILE),
-            "FORGE_WORK_DIR": str(run_dir / WORK_DIR),
-        }
-
-    def launch(self, spec: LaunchSpec) -> Handle:
-        out = open(spec.run_dir / OUTPUT_FILE, "ab", buffering=0)
+        out = open(run_dir / OUTPUT_FILE, "ab", buffering=0)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "forge_scheduler.launcher", str(spec.run_dir), "--", *spec.command],
+                [sys.executable, "-m", "forge_scheduler.launcher", str(run_dir), "--", *spec.command],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=spec.env,
-                cwd=spec.run_dir,
+                cwd=run_dir,
                 start_new_session=True,
                 close_fds=True,
             )
@@ -110,33 +126,47 @@ class LocalExecutor:
             out.close()
         self._children[proc.pid] = proc
         started = _proc_start_time(proc.pid) or 0
-        (spec.run_dir / PID_FILE).write_text(f"{proc.pid} {started}\n")
-        return Handle(pid=proc.pid, pid_started=started)
+        (run_dir / PID_FILE).write_text(f"{proc.pid} {started}\n")
+        return Handle(run_ref=spec.run_ref, pid=proc.pid, pid_started=started)
 
     def _alive(self, handle: Handle) -> bool:
+        if handle.pid is None:
+            return False
         child = self._children.get(handle.pid)
         if child is not None:
             return child.poll() is None
         started = _proc_start_time(handle.pid)
-        return started is not None and (handle.pid_started == 0 or started == handle.pid_started)
+        return started is not None and (not handle.pid_started or started == handle.pid_started)
 
-    def poll(self, handle: Handle | None, run_dir: Path) -> ExitStatus | None:
-        """None while the trainer runs; its exit status once it has ended."""
-        record = run_dir / EXIT_FILE
+    async def poll(self, handle: Handle) -> ExitStatus | None:
+        return await asyncio.to_thread(self._poll, handle)
+
+    def _poll(self, handle: Handle) -> ExitStatus | None:
+        record = Path(handle.run_ref) / EXIT_FILE
         if record.exists():
-            if handle is not None and (child := self._children.pop(handle.pid, None)) is not None:
+            if handle.pid is not None and (child := self._children.pop(handle.pid, None)) is not None:
                 child.wait()
             data = json.loads(record.read_text())
-            return ExitStatus(returncode=data.get("returncode"), signal=data.get("signal"), error=data.get("error"))
-        if handle is None or self._alive(handle):
+            sig = data.get("signal")
+            return ExitStatus(
+                returncode=data.get("returncode"),
+                signal=sig,
+                error=data.get("error"),
+                reason="out_of_memory" if sig == signal.SIGKILL else None,
+            )
+        if self._alive(handle):
             return None
         if record.exists():  # written between the two checks
-            return self.poll(handle, run_dir)
-        self._children.pop(handle.pid, None)
+            return self._poll(handle)
+        if handle.pid is not None:
+            self._children.pop(handle.pid, None)
         return ExitStatus(returncode=None, signal=signal.SIGKILL, lost=True)
 
+    async def pending_reason(self, handle: Handle) -> str | None:
+        return None  # a local process starts at once
+
     def _signal_group(self, handle: Handle, sig: int) -> bool:
-        if not self._alive(handle):
+        if handle.pid is None or not self._alive(handle):
             return False
         try:
             os.killpg(handle.pid, sig)
@@ -144,36 +174,43 @@ class LocalExecutor:
             return False
         return True
 
-    def terminate(self, handle: Handle) -> bool:
-        """SIGTERM to the trainer's process group: the trainer finishes its step, saves and exits."""
+    async def terminate(self, handle: Handle, grace_seconds: float) -> bool:
+        """SIGTERM to the trainer's process group; the scheduler sends SIGKILL after the grace."""
         return self._signal_group(handle, signal.SIGTERM)
 
-    def kill(self, handle: Handle) -> bool:
+    async def kill(self, handle: Handle) -> bool:
         return self._signal_group(handle, signal.SIGKILL)
 
-    def read_result(self, run_dir: Path) -> protocol.Outcome | None:
-        path = run_dir / RESULT_FILE
+    async def read_result(self, handle: Handle) -> protocol.Outcome | None:
+        path = Path(handle.run_ref) / RESULT_FILE
         try:
-            record = protocol.parse_record(path.read_text(encoding="utf-8"))
+            record = protocol.parse_record(await asyncio.to_thread(path.read_text, encoding="utf-8"))
         except (FileNotFoundError, protocol.ProtocolError):
             return None
         return record if isinstance(record, protocol.Outcome) else None
 
-    def last_error(self, run_dir: Path, max_bytes: int = 64 * 1024) -> str | None:
-        """The most telling line at the end of the output: the last error-looking one, else the last."""
-        path = run_dir / OUTPUT_FILE
-        try:
-            with open(path, "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, size - max_bytes))
-                tail = fh.read().decode("utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return None
-        lines = [ln.strip() for ln in tail if ln.strip() and not ln.startswith(protocol.PREFIX)]
-        for line in reversed(lines):
-            if _ERROR_RE.search(line) and not line.startswith("Traceback"):
-                return line[:500]
-        return lines[-1][:500] if lines else None
+    async def last_error(self, handle: Handle) -> str | None:
+        return await asyncio.to_thread(last_error_line, Path(handle.run_ref) / OUTPUT_FILE)
 
-    def cleanup(self, run_dir: Path) -> None:
-        shutil.rmtree(run_dir / WORK_DIR, ignore_errors=True)
+    async def cleanup(self, handle: Handle) -> None:
+        await asyncio.to_thread(shutil.rmtree, Path(handle.run_ref) / WORK_DIR, True)
+
+
+def last_error_line(path: Path, max_bytes: int = 64 * 1024) -> str | None:
+    """The most telling line at the end of an output: the last error-looking one, else the last."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            tail = fh.read().decode("utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    return pick_error_line(tail)
+
+
+def pick_error_line(tail: list[str]) -> str | None:
+    lines = [ln.strip() for ln in tail if ln.strip() and not ln.startswith(protocol.PREFIX)]
+    for line in reversed(lines):
+        if _ERROR_RE.search(line) and not line.startswith("Traceback"):
+            return line[:500]
+    return lines[-1][:500] if lines else None

@@ -1,0 +1,180 @@
+"""What the queue looks like from outside: positions, what a job waits for, when it may start,
+and which accelerators can be asked for at all (from what the executors report)."""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from forge_common.accelerators import PROFILES
+from forge_common.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Offer:
+    profile: str
+    total: int
+    detail: str
+    executor: str
+
+
+async def offers(conn: asyncpg.Connection) -> dict[str, Offer]:
+    """Profiles some executor can run now (total > 0). Before any scheduler has reported: cpu."""
+    rows = await conn.fetch("SELECT * FROM accelerator_capacity ORDER BY executor, profile")
+    if not rows:
+        return {"cpu": Offer("cpu", 1, "no scheduler has reported yet", "local")}
+    out: dict[str, Offer] = {}
+    for r in rows:
+        if r["total"] > 0 and r["profile"] not in out:
+            out[r["profile"]] = Offer(r["profile"], r["total"], r["detail"], r["executor"])
+    return out
+
+
+async def check_accelerator(conn: asyncpg.Connection, profile: str, devices: int) -> None:
+    """Refuse what no executor can ever run; a profile that is merely busy is accepted (queued)."""
+    if profile not in PROFILES:
+        raise InvalidInput(f"unknown accelerator {profile!r}; profiles: {', '.join(PROFILES)}", field="accelerator")
+    available = await offers(conn)
+    if profile not in available:
+        names = ", ".join(f"{o.profile} ({o.total})" for o in available.values()) or "none"
+        resource = PROFILES[profile].resource
+        raise InvalidInput(
+            f"accelerator {profile!r} is not available here (no allocatable {resource or profile}); available: {names}",
+            field="accelerator",
+        )
+    if profile != "cpu" and devices > available[profile].total:
+        raise InvalidInput(
+            f"the job asks for {devices} {profile} devices; at most {available[profile].total} can be allocated", field="devices"
+        )
+
+
+async def position(conn: asyncpg.Connection, job: asyncpg.Record) -> int | None:
+    """1-based place in its profile's queue (priority first, then arrival), None unless queued."""
+    if job["state"] != "queued":
+        return None
+    ahead = await conn.fetchval(
+        "SELECT count(*) FROM jobs WHERE state = 'queued' AND accelerator = $1"
+        " AND (priority > $2 OR (priority = $2 AND (queued_at, id) < ($3, $4)))",
+        job["accelerator"],
+        job["priority"],
+        job["queued_at"],
+        job["id"],
+    )
+    return int(ahead) + 1
+
+
+async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_position: int | None) -> str | None:
+    """Why a queued job has not started (or why a started attempt is still pending)."""
+    if job["state"] == "running":
+        return await conn.fetchval("SELECT pending_reason FROM attempts WHERE job_id = $1 AND attempt = $2", job["id"], job["attempt"])
+    if queue_position is None:
+        return None
+    profile = job["accelerator"]
+    total = (await offers(conn)).get(profile)
+    running = await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 'running' AND accelerator = $1", profile)
+    ahead = queue_position - 1
+    parts = [f"{ahead} job{'s' if ahead != 1 else ''} ahead on {profile}"]
+    if total is None:
+        parts.append(f"no allocatable {PROFILES[profile].resource or profile}")
+    elif running >= total.total:
+        parts.append(f"all {total.total} {profile} slot{'s' if total.total != 1 else ''} busy")
+    else:
+        parts.append("about to start")
+    return "; ".join(parts)
+
+
+async def typical_durations(conn: asyncpg.Connection) -> dict[tuple[str, str], float]:
+    """Median run time of recent successful jobs, per (task, accelerator)."""
+    rows = await conn.fetch(
+        "SELECT task, accelerator, extract(epoch FROM finished_at - started_at) AS seconds FROM jobs"
+        " WHERE state = 'succeeded' AND started_at IS NOT NULL ORDER BY finished_at DESC LIMIT 500"
+    )
+    by: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        by.setdefault((r["task"], r["accelerator"]), []).append(float(r["seconds"]))
+    return {k: statistics.median(v) for k, v in by.items()}
+
+
+def estimate_starts(
+    running: list[dict[str, Any]], queued: list[dict[str, Any]], slots: int, typical: dict[tuple[str, str], float], now: datetime
+) -> dict[uuid.UUID, datetime | None]:
+    """When each queued job (in queue order) may start: slots free as running jobs finish (by their
+    progress so far, or a typical duration) and each job ahead takes its typical duration."""
+    if slots <= 0:
+        return {q["id"]: None for q in queued}
+    free_at: list[float] = []
+    for r in running:
+        elapsed = (now - r["started_at"]).total_seconds()
+        if r["progress"] and r["progress"] > 0.02:
+            remaining = elapsed * (1 - r["progress"]) / r["progress"]
+        elif (r["task"], r["accelerator"]) in typical:
+            remaining = max(0.0, typical[(r["task"], r["accelerator"])] - elapsed)
+        else:
+            return {q["id"]: None for q in queued}
+        free_at.append(remaining)
+    free_at += [0.0] * max(0, slots - len(free_at))
+    heapq.heapify(free_at)
+    out: dict[uuid.UUID, datetime | None] = {}
+    unknown = False
+    for q in queued:
+        start = heapq.heappop(free_at)
+        out[q["id"]] = None if unknown else now + timedelta(seconds=start)
+        duration = typical.get((q["task"], q["accelerator"]))
+        if duration is None:
+            unknown = True  # everything behind an unknown duration is unknown too
+            duration = 0.0
+        heapq.heappush(free_at, start + duration)
+    return out
+
+
+async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID) -> list[dict[str, Any]]:
+    """Every profile's queue in admission order, with positions and estimated starts."""
+    available = await offers(conn)
+    typical = await typical_durations(conn)
+    now = datetime.now(UTC)
+    out: list[dict[str, Any]] = []
+    for profile in sorted(
+        {*available, *[r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]}
+    ):
+        queued = [
+            dict(r)
+            for r in await conn.fetch(
+                "SELECT id, name, task, accelerator, priority, queued_at FROM jobs WHERE state = 'queued' AND accelerator = $1 AND project_id = $2"
+                " ORDER BY priority DESC, queued_at, id",
+                profile,
+                project_id,
+            )
+        ]
+        running = [
+            dict(r)
+            for r in await conn.fetch(
+                "SELECT id, task, accelerator, started_at, progress FROM jobs WHERE state = 'running' AND accelerator = $1", profile
+            )
+        ]
+        slots = available[profile].total if profile in available else 0
+        starts = estimate_starts(running, queued, slots, typical, now)
+        out.append(
+            {
+                "accelerator": profile,
+                "slots": slots,
+                "running": len(running),
+                "queued": [
+                    {
+                        "id": q["id"],
+                        "name": q["name"],
+                        "task": q["task"],
+                        "priority": q["priority"],
+                        "position": i + 1,
+                        "estimated_start": starts[q["id"]],
+                    }
+                    for i, q in enumerate(queued)
+                ],
+            }
+        )
+    return out
