@@ -13,27 +13,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from _stack import embedded
 
 from forge_cli.client import ForgeClient
 from forge_cli.samples import shapes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -67,29 +58,6 @@ async def nats_baseline(url: str, count: int) -> list[float]:
     await asyncio.wait_for(done.wait(), 30)
     await nc.close()
     return received
-
-
-def start_stack(home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    home.mkdir(parents=True, exist_ok=True)
-    api_port, nats_port = free_port(), free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FORGE_")},
-        "FORGE_HOME": str(home),
-        "FORGE_API_PORT": str(api_port),
-        "FORGE_STACK_NATS_PORT": str(nats_port),
-    }
-    forge = Path(sys.executable).parent / "forge"
-    proc = subprocess.Popen([str(forge), "stack", "up"], env=env, stdout=subprocess.DEVNULL, stderr=open(home / "stack.log", "wb"))
-    url = f"http://127.0.0.1:{api_port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return proc, url, f"nats://127.0.0.1:{nats_port}"
-        except httpx.HTTPError:
-            time.sleep(0.25)
-    proc.kill()
-    raise SystemExit(f"the stack did not start; see {home / 'stack.log'}")
 
 
 def measure(api: str, steps: int, work: Path) -> list[float]:
@@ -131,13 +99,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200, help="progress lines to measure (≥1000)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="forge-bench-"))
-    stack = None
     try:
-        api, nats_url = args.api, args.nats or "nats://127.0.0.1:4222"
-        if api is None:
-            stack, api, nats_url = start_stack(work / "home")
-        latencies = measure(api, args.steps, work)
-        baseline = asyncio.run(nats_baseline(nats_url, 1000))
+        with contextlib.ExitStack() as stack:
+            api, nats_url = args.api, args.nats or "nats://127.0.0.1:4222"
+            if api is None:
+                running = stack.enter_context(embedded(work / "home"))
+                api, nats_url = running.api, running.nats
+            latencies = measure(api, args.steps, work)
+            baseline = asyncio.run(nats_baseline(nats_url, 1000))
         print(f"progress latency, trainer line → SSE client ({os.cpu_count()} CPUs)")
         show("forge (line → SSE)", percentiles(latencies))
         show("baseline (NATS pub → sub)", percentiles(baseline))
@@ -147,12 +116,6 @@ def main() -> None:
         if len(latencies) < 1000:
             raise SystemExit(f"only {len(latencies)} lines were measured; expected at least 1000")
     finally:
-        if stack is not None:
-            stack.send_signal(signal.SIGINT)
-            try:
-                stack.wait(60)
-            except subprocess.TimeoutExpired:
-                stack.kill()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -158,6 +158,41 @@ def datasets_show(name: str, version: int | None = None, api: ApiOption = "http:
         raise _fail(exc) from None
 
 
+@datasets_app.command("import")
+def datasets_import(
+    name: str,
+    uri: str,
+    format: Annotated[str | None, typer.Option(help="Declare the format instead of detecting it")] = None,
+    create: Annotated[bool, typer.Option(help="Create the dataset if it does not exist")] = True,
+    api: ApiOption = "http://127.0.0.1:8000",
+    output: OutputOption = "table",
+) -> None:
+    """Import an object-storage prefix (s3://bucket/prefix) as the next version of a dataset."""
+    try:
+        with _client(api) as c:
+            if create:
+                try:
+                    c.post("/v1/datasets", {"name": name})
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+            version = c.post(f"/v1/datasets/{name}/imports", {"uri": uri, "format": format})
+    except ApiError as exc:
+        raise _fail(exc) from None
+    _print(version, output, ["dataset", "version", "format", "tasks", "file_count", "created"])
+
+
+@datasets_app.command("delete")
+def datasets_delete(name: str, version: int, api: ApiOption = "http://127.0.0.1:8000") -> None:
+    """Delete a version (refused while a model trained on it exists)."""
+    try:
+        with _client(api) as c:
+            c.request("DELETE", f"/v1/datasets/{name}/versions/{version}")
+    except ApiError as exc:
+        raise _fail(exc) from None
+    console.print(f"deleted {name} v{version}")
+
+
 @datasets_app.command("sample")
 def datasets_sample(
     dest: Path,
@@ -241,6 +276,63 @@ def jobs_stop(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: Out
     try:
         with _client(api) as c:
             _print(c.post(f"/v1/jobs/{job_id}/stop"), output, JOB_COLUMNS)
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """A new attempt of a stopped or failed job, from its last checkpoint."""
+    try:
+        with _client(api) as c:
+            _print(c.post(f"/v1/jobs/{job_id}/resume"), output, JOB_COLUMNS)
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("duplicate")
+def jobs_duplicate(job_id: str, name: str | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """A new draft with the same spec (start it with `forge jobs start`)."""
+    try:
+        with _client(api) as c:
+            _print(c.post(f"/v1/jobs/{job_id}/duplicate", {"name": name} if name else None), output, JOB_COLUMNS)
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@jobs_app.command("priority")
+def jobs_priority(job_id: str, priority: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Re-prioritise a queued job (low, normal or high)."""
+    try:
+        with _client(api) as c:
+            _print(c.request("PATCH", f"/v1/jobs/{job_id}", json={"priority": priority}), output, [*JOB_COLUMNS, "queue_position"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@app.command("queue")
+def queue(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Each accelerator's queue with positions and estimated starts."""
+    try:
+        with _client(api) as c:
+            data = c.get("/v1/queue")
+    except ApiError as exc:
+        raise _fail(exc) from None
+    if output == "json":
+        _print(data, output)
+        return
+    for q in data:
+        console.print(f"[bold]{q['accelerator']}[/bold]: {q['running']} running on {q['slots']} slot(s), {len(q['queued'])} queued")
+        if q["queued"]:
+            _print(q["queued"], output, ["position", "name", "task", "priority", "estimated_start", "id"])
+
+
+@app.command("accelerators")
+def accelerators(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """The accelerator profiles this installation can allocate, with counts and grades."""
+    try:
+        with _client(api) as c:
+            _print(c.get("/v1/accelerators"), output, ["name", "count", "resource", "grades", "detail"])
     except ApiError as exc:
         raise _fail(exc) from None
 
@@ -350,6 +442,66 @@ def _watch(c: ForgeClient, job_id: str, output: str) -> int:
         if job.get("model"):
             console.print(f"model: {job['model']['name']} v{job['model']['version']}")
     return EXIT.get(job["state"], 2)
+
+
+# ---- base models --------------------------------------------------------------------------------------
+
+base_models_app = typer.Typer(help="The base-model pool: what jobs start from.", no_args_is_help=True)
+app.add_typer(base_models_app, name="base-models")
+
+
+@base_models_app.command("list")
+def base_models_list(task: str | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    try:
+        with _client(api) as c:
+            _print(c.get("/v1/base-models", task=task), output, ["name", "family", "tasks", "description"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@base_models_app.command("show")
+def base_models_show(name: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
+    try:
+        with _client(api) as c:
+            _print(c.get(f"/v1/base-models/{name}"), output, ["name", "family", "tasks", "source", "digest"])
+    except ApiError as exc:
+        raise _fail(exc) from None
+
+
+@base_models_app.command("add")
+def base_models_add(
+    name: str,
+    family: Annotated[str, typer.Option(help="timm, rt-detr, rt-detr-v2, segformer, qwen2, llama, qwen2-vl, idefics3, llava")],
+    source: Annotated[str, typer.Option(help="A folder, s3://bucket/prefix, hub:<id>, or config:<file.json>")],
+    architecture: Annotated[str | None, typer.Option(help="timm: the architecture of the checkpoint")] = None,
+    license: str = "",
+    description: str = "",
+    api: ApiOption = "http://127.0.0.1:8000",
+    output: OutputOption = "table",
+) -> None:
+    """Add a checkpoint (checked: files, config, weights) or a configuration to the pool."""
+    config: dict[str, Any] = {"architecture": architecture} if architecture else {}
+    if source.startswith("s3://"):
+        src: dict[str, Any] = {"kind": "s3", "uri": source}
+    elif source.startswith("hub:"):
+        src = {"kind": "hub", "uri": source[4:]}
+    elif source.startswith("config:"):
+        src = {"kind": "config"}
+        config.update(json.loads(Path(source[7:]).read_text()))
+    else:
+        src = {"kind": "local", "uri": str(Path(source).resolve())}
+    if config:
+        src["config"] = config
+    try:
+        with _client(api) as c:
+            entry = c.post(
+                "/v1/base-models", {"name": name, "family": family, "source": src, "license": license, "description": description}
+            )
+    except ApiError as exc:
+        raise _fail(exc) from None
+    _print(entry, output, ["name", "family", "tasks", "size_bytes", "digest"])
+    for warning in entry.get("warnings", []):
+        console.print(f"[yellow]warning[/yellow] {warning}")
 
 
 # ---- models -------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ MIGRATION_LOCK = 7_240_551_001  # pg_advisory_lock key shared by every Forge ser
 _MIGRATION_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+async def init_connection(conn: asyncpg.Connection) -> None:
     for typename in ("json", "jsonb"):
         await conn.set_type_codec(typename, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
@@ -57,7 +57,7 @@ async def ensure_database(url: str) -> None:
 
 async def create_pool(url: str, *, size: int = 5) -> asyncpg.Pool:
     await ensure_database(url)
-    pool = await asyncpg.create_pool(url, min_size=1, max_size=size, init=_init_connection)
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=size, init=init_connection)
     assert pool is not None
     return pool
 

@@ -63,11 +63,26 @@ def _within(limits: Limits, count: int, total: int) -> None:
         raise InvalidInput(f"archive unpacks to more than {limits.max_bytes} bytes", field="file")
 
 
-def kind_of(path: Path) -> str:
-    if zipfile.is_zipfile(path):
+Source = Path | IO[bytes]  # an archive on disk, or an open (seekable) upload
+
+
+def _rewind(src: Source) -> Source:
+    if not isinstance(src, Path):
+        src.seek(0)
+    return src
+
+
+def _open_tar(src: Source) -> tarfile.TarFile:
+    if isinstance(src, Path):
+        return tarfile.open(src, mode="r:*")
+    return tarfile.open(fileobj=_rewind(src), mode="r:*")  # type: ignore[arg-type]
+
+
+def kind_of(path: Source) -> str:
+    if zipfile.is_zipfile(_rewind(path)):
         return "zip"
     try:
-        if tarfile.is_tarfile(path):
+        if tarfile.is_tarfile(_rewind(path)):  # type: ignore[arg-type]
             return "tar"
     except (EOFError, zlib.error) as exc:
         raise InvalidInput(f"the archive is damaged: {exc}", field="file") from None
@@ -126,7 +141,7 @@ def _copy(src: IO[bytes], out: IO[bytes], member: Member, budget: int) -> int:
     return copied
 
 
-def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
+def extract(path: Source, dest: Path, limits: Limits) -> list[Member]:
     """Check every member, then write the regular files under ``dest``; returns what was written.
     A refused or damaged archive leaves ``dest`` empty."""
     try:
@@ -136,7 +151,7 @@ def extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
         raise
 
 
-def _extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
+def _extract(path: Source, dest: Path, limits: Limits) -> list[Member]:
     kind = kind_of(path)
     dest.mkdir(parents=True, exist_ok=True)
     written: list[Member] = []
@@ -149,7 +164,7 @@ def _extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
 
     try:
         if kind == "zip":
-            with zipfile.ZipFile(path) as zf:
+            with zipfile.ZipFile(_rewind(path)) as zf:
                 members = _zip_members(zf, limits)
                 _unique([m for m, _ in members])
                 for member, info in members:
@@ -157,7 +172,7 @@ def _extract(path: Path, dest: Path, limits: Limits) -> list[Member]:
                         total += _copy(src, out, member, limits.max_bytes - total)
                     written.append(member)
         else:
-            with tarfile.open(path, mode="r:*") as tf:
+            with _open_tar(path) as tf:
                 tar_members = _tar_members(tf, limits)
                 _unique([m for m, _ in tar_members])
                 for member, tinfo in tar_members:

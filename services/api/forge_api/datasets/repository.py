@@ -66,3 +66,14 @@ async def insert_version(conn: asyncpg.Connection, dataset_id: uuid.UUID, **fiel
     )
     assert row is not None
     return row
+
+
+async def models_trained_on(conn: asyncpg.Connection, version_id: uuid.UUID) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        "SELECT m.name, v.version FROM model_versions v JOIN models m ON m.id = v.model_id WHERE v.dataset_version_id = $1 ORDER BY m.name, v.version",
+        version_id,
+    )
+
+
+async def delete_version(conn: asyncpg.Connection, version_id: uuid.UUID) -> None:
+    await conn.execute("DELETE FROM dataset_versions WHERE id = $1", version_id)

@@ -14,6 +14,12 @@ class DatasetCreate(BaseModel):
     description: str = Field("", max_length=2000)
 
 
+class ImportIn(BaseModel):
+    uri: str = Field(description="s3://bucket/prefix (or a folder path the api can read)")
+    format: str | None = Field(None, description="Declare the format instead of detecting it")
+    tokenizer: str | None = Field(None, description="A base model whose tokenizer counts token lengths (LLM/VLM data)")
+
+
 class Dataset(BaseModel):
     name: str
     description: str

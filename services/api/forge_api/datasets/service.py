@@ -9,6 +9,7 @@ import json
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from fastapi import UploadFile
 
 from forge_common.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from forge_sdk import datasets as formats
+from forge_sdk.storage import StorageError, location_from_uri
 
 from ..deps import Services
 from . import archive
@@ -49,14 +51,19 @@ def content_hash(manifest: list[tuple[str, int, str]]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def prepare(upload: Path, work: Path, limits: archive.Limits, declared_format: str | None) -> Prepared:
-    """Blocking: unpack, validate and hash. Raises ``InvalidInput`` with the whole report."""
+def unpack(upload: archive.Source, work: Path, limits: archive.Limits) -> Path:
+    """Blocking: check and unpack an archive into ``work/unpacked``."""
     unpacked = work / "unpacked"
     archive.extract(upload, unpacked, limits)
     if not any(unpacked.iterdir()):
         raise InvalidInput("the archive holds no files", field="file")
+    return unpacked
+
+
+def prepare(unpacked: Path, declared_format: str | None, tokenizer: formats.Tokenizer | None = None) -> Prepared:
+    """Blocking: validate and hash an unpacked dataset. Raises ``InvalidInput`` with the whole report."""
     root = formats.data_root(unpacked)
-    report = formats.validate(root, declared_format)
+    report = formats.validate(root, declared_format, tokenizer=tokenizer)
     if not report.ok:
         first = report.errors[0]
         more = f" (and {len(report.errors) - 1} more problem(s))" if len(report.errors) > 1 else ""
@@ -67,23 +74,6 @@ def prepare(upload: Path, work: Path, limits: archive.Limits, declared_format: s
         )
     manifest = manifest_of(root)
     return Prepared(root, report, manifest, content_hash(manifest), sum(s for _, s, _ in manifest))
-
-
-async def _receive(upload: UploadFile, target: Path, max_bytes: int) -> int:
-    """Copy the upload to disk in 1 MiB chunks (bounded memory, the event loop never blocks)."""
-    size = 0
-    out = await asyncio.to_thread(open, target, "wb")
-    try:
-        while chunk := await upload.read(1 << 20):
-            size += len(chunk)
-            if size > max_bytes:
-                raise PayloadTooLarge(f"the archive is larger than the {max_bytes}-byte limit", field="file")
-            await asyncio.to_thread(out.write, chunk)
-    finally:
-        await asyncio.to_thread(out.close)
-    if size == 0:
-        raise InvalidInput("the uploaded file is empty", field="file")
-    return size
 
 
 async def create_dataset(conn: asyncpg.Connection, project_id: uuid.UUID, name: str, description: str) -> asyncpg.Record:
@@ -101,20 +91,68 @@ async def get_dataset(conn: asyncpg.Connection, project_id: uuid.UUID, name: str
 
 
 async def add_version(
-    services: Services, project_id: uuid.UUID, name: str, upload: UploadFile, declared_format: str | None = None
+    services: Services,
+    project_id: uuid.UUID,
+    name: str,
+    upload: UploadFile,
+    declared_format: str | None = None,
+    tokenizer: formats.Tokenizer | None = None,
 ) -> tuple[asyncpg.Record, bool]:
-    """The new version (created=True), or the existing one with identical content (created=False)."""
+    """The new version (created=True), or the existing one with identical content (created=False).
+
+    The multipart parser has already spooled the upload to disk in chunks (bounded memory); the
+    archive is read from there, unpacked once, validated, hashed and stored."""
+    if upload.size is not None and upload.size > services.settings.max_upload_bytes:
+        raise PayloadTooLarge(f"the archive is larger than the {services.settings.max_upload_bytes}-byte limit", field="file")
+    if upload.size == 0:
+        raise InvalidInput("the uploaded file is empty", field="file")
+    limits = archive.Limits(max_files=services.settings.max_archive_files, max_bytes=services.settings.max_extracted_bytes)
+    return await _ingest(services, project_id, name, lambda work: unpack(upload.file, work, limits), declared_format, tokenizer)
+
+
+async def import_version(
+    services: Services,
+    project_id: uuid.UUID,
+    name: str,
+    uri: str,
+    declared_format: str | None = None,
+    tokenizer: formats.Tokenizer | None = None,
+) -> tuple[asyncpg.Record, bool]:
+    """The same as an upload, from an object-storage prefix (or a folder the api can read)."""
+
+    def fetch(work: Path) -> Path:
+        try:
+            location = location_from_uri(uri, services.store.s3)
+            objects = location.list()
+        except StorageError as exc:
+            raise InvalidInput(f"cannot read {uri}: {exc}", field="uri") from None
+        if not objects:
+            raise InvalidInput(f"{uri} holds no files", field="uri")
+        if len(objects) > services.settings.max_archive_files:
+            raise InvalidInput(f"{uri} has more than {services.settings.max_archive_files} files", field="uri")
+        if sum(o.size for o in objects) > services.settings.max_extracted_bytes:
+            raise InvalidInput(f"{uri} holds more than {services.settings.max_extracted_bytes} bytes", field="uri")
+        return location.download_to(work / "unpacked")
+
+    return await _ingest(services, project_id, name, fetch, declared_format, tokenizer)
+
+
+async def _ingest(
+    services: Services,
+    project_id: uuid.UUID,
+    name: str,
+    materialise: Callable[[Path], Path],
+    declared_format: str | None,
+    tokenizer: formats.Tokenizer | None,
+) -> tuple[asyncpg.Record, bool]:
     async with services.pool.acquire() as conn:
         dataset = await get_dataset(conn, project_id, name)
     scratch_root = services.settings.upload_dir or services.common.home / "tmp"
     scratch_root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="upload-", dir=scratch_root))
     try:
-        received = work / "upload.bin"
-        await _receive(upload, received, services.settings.max_upload_bytes)
-        limits = archive.Limits(max_files=services.settings.max_archive_files, max_bytes=services.settings.max_extracted_bytes)
-        prepared = await asyncio.to_thread(prepare, received, work, limits, declared_format)
-        received.unlink()
+        unpacked = await asyncio.to_thread(materialise, work)
+        prepared = await asyncio.to_thread(prepare, unpacked, declared_format, tokenizer)
         async with services.pool.acquire() as conn:
             existing = await repo.version_by_hash(conn, dataset["id"], prepared.content_hash)
         if existing is not None:
@@ -149,3 +187,20 @@ async def add_version(
         return row, True
     finally:
         await asyncio.to_thread(shutil.rmtree, work, True)
+
+
+async def delete_version(services: Services, project_id: uuid.UUID, name: str, version: int) -> None:
+    """Only while no model was trained on it: a model's lineage must stay readable."""
+    async with services.pool.acquire() as conn, conn.transaction():
+        dataset = await get_dataset(conn, project_id, name)
+        row = await repo.get_version(conn, dataset["id"], version)
+        if row is None:
+            raise NotFound(f"dataset {name!r} has no version {version}", field="version")
+        models = await repo.models_trained_on(conn, row["id"])
+        if models:
+            listed = ", ".join(f"{m['name']} v{m['version']}" for m in models[:10])
+            raise Conflict(f"{name} v{version} is the training data of {listed}: delete those model versions first")
+        await repo.delete_version(conn, row["id"])
+    prefix = services.store.key_of(row["uri"])
+    if prefix is not None:
+        await services.store.delete_prefix(prefix.removesuffix("/files"))
