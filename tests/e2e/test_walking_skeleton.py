@@ -199,3 +199,66 @@ def test_killing_the_scheduler_and_the_log_relay_mid_run_loses_nothing(stack: St
     steps = [s["step"] for s in metrics["steps"]]
     assert steps == list(range(1, 3 * 36 + 1))  # 144 training images, batch 4: every step once
     stack.wait_model(job["id"])
+
+
+def test_a_plain_nats_subscriber_follows_a_job_from_submitted_to_model_registered(stack: Stack) -> None:
+    """Another system, with nothing of Forge but the catalogue: its own durable consumer on the
+    jobs stream, filtered to the kinds it cares about."""
+    import asyncio
+
+    import nats
+    from nats.js.api import ConsumerConfig
+
+    prefix = stack.env["FORGE_BUS_PREFIX"]
+    seen: list[tuple[str, str]] = []
+
+    async def follow(job_id_holder: list[str]) -> None:
+        nc = await nats.connect(stack.env["FORGE_NATS_URL"])
+        js = nc.jetstream()
+        stream = f"{prefix.upper()}_JOBS"
+        kinds = ["submitted", "status", "model-registered"]
+        await js.add_consumer(stream, ConsumerConfig(durable_name="other-system", filter_subjects=[f"{prefix}.job.*.{k}" for k in kinds]))
+        sub = await js.pull_subscribe_bind("other-system", stream)
+        job = stack.submit("followed-by-others", **FAST)
+        job_id_holder.append(job["id"])
+        async with asyncio.timeout(240):
+            while not seen or seen[-1][0] != "forge.job.model-registered":
+                try:
+                    msgs = await sub.fetch(10, timeout=5)
+                except nats.errors.TimeoutError:
+                    continue
+                for msg in msgs:
+                    doc = json.loads(msg.data)
+                    assert doc["specversion"] == "1.0" and msg.headers["Nats-Msg-Id"] == doc["id"]
+                    if doc["subject"] == job["id"]:
+                        seen.append((doc["type"], doc["data"].get("state", "")))
+                    await msg.ack()
+        await nc.close()
+
+    holder: list[str] = []
+    asyncio.run(follow(holder))
+    types = [t for t, _ in seen]
+    assert types[0] == "forge.job.submitted" and types[-1] == "forge.job.model-registered"
+    assert [s for t, s in seen if t == "forge.job.status-changed"] == ["queued", "running", "succeeded"]
+
+
+def test_a_manual_job_ends_deployable_and_deploy_registers_it(stack: Stack) -> None:
+    body = {
+        "name": "manual-one",
+        "task": "classification",
+        "dataset": {"name": "shapes", "version": 1},
+        "base_model": "timm/test_vit",
+        "hyperparameters": {**FAST, "epochs": 1},
+        "registration": "manual",
+        "start": True,
+    }
+    job = stack.client.post("/v1/jobs", body)
+    done = stack.wait_state(job["id"], {"succeeded", "failed"})
+    assert done["state"] == "succeeded"
+    time.sleep(1.0)
+    assert stack.job(job["id"])["model"] is None  # manual: nothing registered yet
+    stack.client.post(f"/v1/jobs/{job['id']}/deploy")
+    deployed = stack.wait_model(job["id"])
+    assert deployed["model"]["name"] == "manual-one"
+    again = stack.client.http.post(f"/v1/jobs/{job['id']}/deploy")
+    assert again.status_code == 200 and again.json()["model"] == deployed["model"]

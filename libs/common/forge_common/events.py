@@ -113,6 +113,41 @@ class ResumeRequested(Event[ResumeRequestedData]):
     type: Literal["forge.job.resume-requested"] = "forge.job.resume-requested"
 
 
+class DeployRequestedData(Payload):
+    requested_by: str = "user"
+
+
+class DeployRequested(Event[DeployRequestedData]):
+    """api → registrar: register the model of a succeeded or stopped job (manual registration)."""
+
+    KIND: ClassVar[str] = "deploy-requested"
+    type: Literal["forge.job.deploy-requested"] = "forge.job.deploy-requested"
+
+
+class ModelVersionDeletionRequestedData(Payload):
+    model_name: str
+    version: int
+
+
+class ModelVersionDeletionRequested(Event[ModelVersionDeletionRequestedData]):
+    """api → registrar: remove a model version from the registry (its job's outputs stay)."""
+
+    KIND: ClassVar[str] = "model-deletion-requested"
+    type: Literal["forge.job.model-deletion-requested"] = "forge.job.model-deletion-requested"
+
+
+class ModelVersionDeletedData(Payload):
+    model_name: str
+    version: int
+
+
+class ModelVersionDeleted(Event[ModelVersionDeletedData]):
+    """registrar → everyone: a model version left the registry."""
+
+    KIND: ClassVar[str] = "model-deleted"
+    type: Literal["forge.job.model-deleted"] = "forge.job.model-deleted"
+
+
 class JobStatusChangedData(Payload):
     name: str
     state: JobState
@@ -224,6 +259,9 @@ EVENT_CLASSES: tuple[type[Event[Any]], ...] = (
     JobSubmitted,
     StopRequested,
     ResumeRequested,
+    DeployRequested,
+    ModelVersionDeletionRequested,
+    ModelVersionDeleted,
     JobStatusChanged,
     EpochCompleted,
     MetricsReported,

@@ -20,7 +20,7 @@ from forge_common.settings import CommonSettings
 from forge_common.storage import open_store
 from forge_common.subjects import Subjects
 
-from . import health, queue_endpoints, tasks
+from . import events_endpoints, health, queue_endpoints, tasks
 from .basemodels import endpoints as basemodels
 from .basemodels import service as basemodels_service
 from .datasets import endpoints as datasets
@@ -110,6 +110,7 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
     app.include_router(jobs.router)
     app.include_router(models.router)
     app.include_router(queue_endpoints.router)
+    app.include_router(events_endpoints.router)
     return app
 
 

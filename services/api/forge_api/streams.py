@@ -29,7 +29,7 @@ def parse_last_event_id(value: str | None) -> int | None:
 async def events(
     js: JetStreamContext,
     stream: str,
-    subject: str,
+    subject: str | list[str],
     *,
     after: int | None,
     first: dict[str, Any] | None = None,
@@ -37,12 +37,14 @@ async def events(
     """SSE messages (``id``, ``event``, ``data``) for every event on ``subject``, forever."""
     if first is not None:
         yield first
+    filters = [subject] if isinstance(subject, str) else subject
     config = ConsumerConfig(
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE if after else DeliverPolicy.ALL,
         opt_start_seq=after + 1 if after else None,
         inactive_threshold=60.0,
+        filter_subjects=filters if len(filters) > 1 else None,
     )
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, config=config, idle_heartbeat=5.0)
+    sub = await js.subscribe(filters[0], stream=stream, ordered_consumer=True, config=config, idle_heartbeat=5.0)
     try:
         while True:
             try:

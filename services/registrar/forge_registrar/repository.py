@@ -53,3 +53,20 @@ async def insert_version(conn: asyncpg.Connection, *, model_id: uuid.UUID, **fie
     )
     assert row is not None
     return row
+
+
+async def deployable_attempt(conn: asyncpg.Connection, job_id: uuid.UUID) -> asyncpg.Record | None:
+    """The latest attempt that ended with a model (reads the scheduler's tables)."""
+    return await conn.fetchrow(
+        "SELECT a.attempt, a.output_uri, j.name FROM attempts a JOIN jobs j ON j.id = a.job_id"
+        " WHERE a.job_id = $1 AND a.outcome IN ('succeeded', 'stopped') ORDER BY a.attempt DESC LIMIT 1",
+        job_id,
+    )
+
+
+async def delete_version(conn: asyncpg.Connection, model_name: str, version: int) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "DELETE FROM model_versions v USING models m WHERE m.id = v.model_id AND m.name = $1 AND v.version = $2 RETURNING v.job_id",
+        model_name,
+        version,
+    )

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from forge_common import outbox, telemetry
-from forge_common.events import ArtifactUploaded, ModelRegistered, ModelRegisteredData
+from forge_common.events import ArtifactUploaded, ModelRegistered, ModelRegisteredData, ModelVersionDeleted, ModelVersionDeletedData
 from forge_common.storage import ObjectInfo
 from forge_common.subjects import Subjects
 from forge_sdk.storage import Location, S3Config, location_from_uri
@@ -110,6 +110,27 @@ class Registrar:
             log.info("job %s: registration is manual; waiting for a deploy", d.job_id)
             return None
         return await self.register(d.job_id, d.attempt, d.uri, d.artifact_id)
+
+    async def on_deploy_requested(self, job_id: Any) -> asyncpg.Record | None:
+        """Manual registration: the job's latest attempt that ended with a model."""
+        async with self.pool.acquire() as conn:
+            attempt = await repo.deployable_attempt(conn, job_id)
+        if attempt is None:
+            log.warning("job %s: deploy requested but it has no succeeded or stopped attempt", job_id)
+            return None
+        return await self.register(job_id, attempt["attempt"], attempt["output_uri"], attempt["name"])
+
+    async def delete_version(self, job_id: Any, model_name: str, version: int) -> bool:
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await repo.delete_version(conn, model_name, version)
+            if row is None:
+                return False
+            event = ModelVersionDeleted.of(
+                ModelVersionDeletedData(job_id=row["job_id"], model_name=model_name, version=version), source=SOURCE
+            )
+            await outbox.add(conn, self.subjects, event, producer=PRODUCER)
+        log.info("deleted %s version %d", model_name, version)
+        return True
 
     async def register(self, job_id: Any, attempt: int, uri: str, artifact_id: str) -> asyncpg.Record | None:
         async with self.pool.acquire() as conn:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import asyncpg
 from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 
 from forge_common.errors import NotFound
@@ -87,6 +88,15 @@ async def stop_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, proj
     """Stop a queued or running job. After at least one completed epoch it ends **stopped** and
     keeps its best model; before the first epoch it ends **canceled** and keeps nothing."""
     return Job.of(await service.stop_job(conn, services.subjects, project, job_id))
+
+
+@router.post("/{job_id}/deploy", response_model=Job, status_code=202, responses={200: {"model": Job, "description": "Already registered"}})
+async def deploy_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> JSONResponse:
+    """Register the job's model (jobs with ``registration: manual``, or again after a deletion).
+    A canceled or failed job has no model: 409 with the reason. Deploying twice is harmless."""
+    job, registered = await service.deploy_job(conn, services.subjects, project, job_id)
+    body = (await full(conn, job)).model_dump(mode="json")
+    return JSONResponse(status_code=200 if registered else 202, content=body)
 
 
 @router.get("/{job_id}/logs", response_model=Logs)

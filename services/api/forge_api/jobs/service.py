@@ -11,6 +11,8 @@ import asyncpg
 from forge_common import outbox, telemetry
 from forge_common.errors import Conflict, InvalidInput, NotFound
 from forge_common.events import (
+    DeployRequested,
+    DeployRequestedData,
     JobStatusChanged,
     JobStatusChangedData,
     JobSubmitted,
@@ -21,7 +23,7 @@ from forge_common.events import (
     StopRequestedData,
 )
 from forge_common.jobspec import PRIORITIES, TASK_FORMATS, resolve_hyperparameters
-from forge_common.states import RESUMABLE, JobState
+from forge_common.states import DEPLOYABLE, RESUMABLE, JobState
 from forge_common.subjects import Subjects
 
 from ..basemodels import service as basemodels
@@ -223,3 +225,19 @@ async def update_job(
     if not await repo.update_spec(conn, job_id, JobState(job["state"]), new_spec, version["id"], PRIORITIES[body.priority]):
         raise Conflict("the job changed state meanwhile; read it again")
     return await get_job(conn, project_id, job_id)
+
+
+async def deploy_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID) -> tuple[asyncpg.Record, bool]:
+    """Register the model of a succeeded or stopped job; (job, already registered). Idempotent."""
+    job = await get_job(conn, project_id, job_id)
+    if job["state"] not in DEPLOYABLE:
+        why = {
+            "canceled": "it was canceled before its first completed epoch, so it kept no model",
+            "failed": "it failed, so it produced no model to register (resume it, or fix it and run it again)",
+        }.get(job["state"], f"it is {job['state']}: only a succeeded or stopped job has a model")
+        raise Conflict(f"cannot deploy this job: {why}")
+    if job["model_version"] is not None:
+        return job, True
+    event = DeployRequested.of(DeployRequestedData(job_id=job_id), source=SOURCE, traceparent=job["traceparent"])
+    await outbox.add(conn, subjects, event, producer=PRODUCER)
+    return job, False

@@ -10,7 +10,9 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import BaseModel
 
+from forge_common import outbox
 from forge_common.errors import NotFound
+from forge_common.events import ModelVersionDeletionRequested, ModelVersionDeletionRequestedData
 
 from ..deps import ConnDep, ServicesDep
 from ..projects import ProjectDep
@@ -77,6 +79,21 @@ async def get_version(name: str, version: Annotated[int, Path(ge=1)], conn: Conn
     if row is None:
         raise NotFound(f"model {name!r} has no version {version}")
     return ModelVersion.of(row)
+
+
+@router.delete("/{name}/versions/{version}", status_code=202)
+async def delete_version(name: str, version: Annotated[int, Path(ge=1)], services: ServicesDep, project: ProjectDep) -> dict[str, str]:
+    """Remove a version from the registry (the registrar does it; the job's outputs stay, and the
+    job can be deployed again)."""
+    async with services.pool.acquire() as conn, conn.transaction():
+        row = await repo.get_version(conn, project, name, version)
+        if row is None:
+            raise NotFound(f"model {name!r} has no version {version}")
+        event = ModelVersionDeletionRequested.of(
+            ModelVersionDeletionRequestedData(job_id=row["job_id"], model_name=name, version=version), source="/forge/api"
+        )
+        await outbox.add(conn, services.subjects, event, producer="api")
+    return {"status": "deletion requested"}
 
 
 @router.get("/{name}/versions/{version}/download", response_model=None)
