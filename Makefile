@@ -18,7 +18,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python $(SOURCES)
 	# the one torch that installs from local wheels here and has a matching torchvision
 	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e $(p)) -e 'libs/cli[stack]' -r requirements-dev.txt
+	$(BIN)/pip install --quiet $(foreach p,$(PACKAGES),-e $(p)) -e 'services/log-relay[mlflow]' -e 'libs/cli[stack]' -r requirements-dev.txt
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -42,6 +42,14 @@ class CommonSettings(BaseSettings):
     telemetry_endpoint: str | None = Field(None, description="OTLP/HTTP endpoint for spans (with exporter otlp)")
     telemetry_file: Path | None = Field(None, description="File that receives one JSON span per line (with exporter file)")
     log_level: str = Field("INFO", description="Log level of the services")
+    public_url: str = Field("http://127.0.0.1:8000", description="Where users reach Forge (links in mirrors and messages)")
+    mlflow_tracking_uri: str | None = Field(
+        None, description="When set, every job is mirrored as an MLflow run (e.g. http://mlflow:5000 or sqlite:///mlflow.db)"
+    )
+    mlflow_experiment: str = Field("forge", description="The MLflow experiment the mirrored runs go to")
+    mlflow_ui_url: str | None = Field(
+        None, description="The MLflow web UI, for links from the job page (default: the tracking URI when it is http)"
+    )
 
     @model_validator(mode="after")
     def _s3_needs_credentials(self) -> CommonSettings:

@@ -7,6 +7,7 @@ from forge_common.runtime import configure_logging, run_service
 from forge_common.settings import CommonSettings
 
 from . import handlers
+from .mlflow_mirror import MlflowMirror
 from .service import LogRelay
 from .settings import LogRelaySettings
 
@@ -21,6 +22,10 @@ async def main(stop: asyncio.Event, common: CommonSettings | None = None, settin
         handlers.register(host.broker, host.subjects, relay)
         host.at_close(relay.close)
         await relay.resume()
+        if common.mlflow_tracking_uri:
+            mirror = MlflowMirror(host.pool, common.mlflow_tracking_uri, experiment=common.mlflow_experiment, job_url=common.public_url)
+            handlers.register_mirror(host.broker, host.subjects, mirror)
+            host.spawn(mirror.run(stop), "mlflow-mirror")
 
     await serve(host, setup, stop)
 

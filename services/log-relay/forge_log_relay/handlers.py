@@ -5,10 +5,11 @@ from __future__ import annotations
 from faststream.nats import NatsBroker
 
 from forge_common import bus
-from forge_common.events import JobStatusChanged
+from forge_common.events import EpochCompleted, JobStatusChanged, MetricsReported, ModelRegistered
 from forge_common.states import TERMINAL, JobState
 from forge_common.subjects import Subjects
 
+from .mlflow_mirror import MlflowMirror
 from .service import LogRelay
 
 SERVICE = "log-relay"
@@ -22,3 +23,26 @@ def register(broker: NatsBroker, subjects: Subjects, relay: LogRelay) -> None:
             await relay.follow(d.job_id, d.attempt, d.log_uri)
         elif d.state in TERMINAL and d.attempt > 0:
             await relay.finish(d.job_id, d.attempt, d.log_uri)
+
+
+MIRROR = "log-relay-mlflow"
+
+
+def register_mirror(broker: NatsBroker, subjects: Subjects, mirror: MlflowMirror) -> None:
+    """The MLflow mirror's own durable consumers (it can fall behind without holding up the relay)."""
+
+    @broker.subscriber(**bus.durable(subjects, MIRROR, JobStatusChanged.KIND))
+    async def mirror_status(event: JobStatusChanged) -> None:
+        await mirror.on_status(event)
+
+    @broker.subscriber(**bus.durable(subjects, MIRROR, MetricsReported.KIND))
+    async def mirror_metrics(event: MetricsReported) -> None:
+        await mirror.on_metrics(event)
+
+    @broker.subscriber(**bus.durable(subjects, MIRROR, EpochCompleted.KIND))
+    async def mirror_epoch(event: EpochCompleted) -> None:
+        await mirror.on_epoch(event)
+
+    @broker.subscriber(**bus.durable(subjects, MIRROR, ModelRegistered.KIND))
+    async def mirror_registered(event: ModelRegistered) -> None:
+        await mirror.on_registered(event)

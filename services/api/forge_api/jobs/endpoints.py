@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 
 from forge_common.errors import NotFound
+from forge_common.settings import CommonSettings
 from forge_common.states import JobState
 
 from .. import streams
@@ -41,20 +42,29 @@ async def list_jobs(
     return [Job.of(r, queue_position=positions.get(r["id"])) for r in rows]
 
 
-async def full(conn: asyncpg.Connection, row: asyncpg.Record) -> Job:
-    """A job with its attempts, its place in the queue and what it waits for."""
+async def full(conn: asyncpg.Connection, row: asyncpg.Record, common: CommonSettings | None = None) -> Job:
+    """A job with its attempts, its place in the queue, what it waits for, and its MLflow run."""
     position = await queue.position(conn, row)
     return Job.of(
         row,
         attempts=[Attempt(**dict(a)) for a in await repo.attempts(conn, row["id"])],
         queue_position=position,
         waiting_for=await queue.waiting_for(conn, row, position),
+        mlflow_url=await mlflow_link(conn, row["id"], common) if common else None,
     )
 
 
+async def mlflow_link(conn: asyncpg.Connection, job_id: uuid.UUID, common: CommonSettings) -> str | None:
+    ui = common.mlflow_ui_url or (common.mlflow_tracking_uri if (common.mlflow_tracking_uri or "").startswith("http") else None)
+    if not ui:
+        return None
+    run = await conn.fetchrow("SELECT run_id, experiment_id FROM mlflow_runs WHERE job_id = $1", job_id)
+    return f"{ui.rstrip('/')}/#/experiments/{run['experiment_id']}/runs/{run['run_id']}" if run else None
+
+
 @router.get("/{job_id}", response_model=Job)
-async def get_job(job_id: uuid.UUID, conn: ConnDep, project: ProjectDep) -> Job:
-    return await full(conn, await service.get_job(conn, project, job_id))
+async def get_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+    return await full(conn, await service.get_job(conn, project, job_id), services.common)
 
 
 @router.patch("/{job_id}", response_model=Job)
