@@ -9,7 +9,7 @@ STAMP := $(VENV)/.forge-installed
 PACKAGES := trainers/sdk libs/common services/api services/scheduler services/log-relay services/registrar trainers/builtin
 SOURCES := $(foreach p,$(PACKAGES) libs/cli,$(p)/pyproject.toml) requirements-dev.txt
 
-.PHONY: install up test test-fast lint typecheck clean
+.PHONY: install browser up test test-fast lint typecheck clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,17 @@ $(STAMP): $(BIN)/python $(SOURCES)
 
 install: $(STAMP)
 
+# Browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
+# Installed when missing and possible (root with apt-get); otherwise those tests skip, saying why.
+browser:
+	@if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "could not install chromium: the browser tests will skip"; \
+	fi
+
 up: install
 	$(BIN)/forge stack up
 
-test: install
+test: install browser
 	$(BIN)/pytest -q -ra
 
 test-fast: install

@@ -4,6 +4,7 @@ trainings on generated data."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,10 +115,10 @@ def _database(admin_url: str) -> tuple[str, str]:
     return name, _with_database(admin_url, name)
 
 
-@pytest.fixture(scope="module")
-def stack(nats_url: str, postgres_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    home = tmp_path_factory.mktemp("forge-home")
-    (home / "logs").mkdir()
+@contextlib.contextmanager
+def running_stack(nats_url: str, postgres_admin_url: str, home: Path, **extra_env: str) -> Iterator[Stack]:
+    """The four services as processes on their own database and subject prefix."""
+    (home / "logs").mkdir(parents=True, exist_ok=True)
     db_name, db_url = _database(postgres_admin_url)
     port = free_port()
     env = {
@@ -132,6 +133,7 @@ def stack(nats_url: str, postgres_admin_url: str, tmp_path_factory: pytest.TempP
         "FORGE_SCHEDULER_POLL_SECONDS": "0.2",
         "FORGE_SCHEDULER_DETECT_DEVICES": "false",
         "PYTHONUNBUFFERED": "1",
+        **extra_env,
     }
     url = f"http://127.0.0.1:{port}"
     s = Stack(url=url, home=home, env=env, client=ForgeClient(url, timeout=120))
@@ -163,6 +165,12 @@ def stack(nats_url: str, postgres_admin_url: str, tmp_path_factory: pytest.TempP
                 await conn.close()
 
         asyncio.run(drop())
+
+
+@pytest.fixture(scope="module")
+def stack(nats_url: str, postgres_admin_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(nats_url, postgres_admin_url, tmp_path_factory.mktemp("forge-home")) as s:
+        yield s
 
 
 def upload_folder(stack: Stack, name: str, folder: Path) -> dict[str, Any]:

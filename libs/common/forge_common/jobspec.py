@@ -160,6 +160,15 @@ class JobSpec(BaseModel):
     priority: Literal["low", "normal", "high"] = Field("normal", description="Queue priority; first come first served within one")
     time_limit_seconds: int | None = Field(None, ge=1, description="Fail the attempt as deadline_exceeded after this long")
     registration: Literal["auto", "manual"] = Field("auto", description="Register the model when artifacts are uploaded, or on deploy")
+    trainer: str | None = Field(
+        None, description="A registered trainer profile (GET /v1/trainers); default: the built-in trainer of the task"
+    )
+    custom_image: str | None = Field(None, max_length=500, description="Run this image as the trainer (Kubernetes executor; CV tasks)")
+    image_pull_secret: str | None = Field(None, max_length=253, description="The Kubernetes Secret to pull custom_image with")
+    custom_script_uri: str | None = Field(
+        None, max_length=2000, description="An s3:// or http(s):// Python file run as the trainer (CV tasks)"
+    )
+    custom_script_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="Pin the script's content")
 
 
 @cache

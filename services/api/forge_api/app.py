@@ -29,6 +29,7 @@ from .jobs import endpoints as jobs
 from .models import endpoints as models
 from .projects import current_project
 from .settings import ApiSettings
+from .trainers import endpoints as trainers
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
     app.include_router(tasks.router)
     app.include_router(datasets.router)
     app.include_router(basemodels.router)
+    app.include_router(trainers.router)
     app.include_router(jobs.router)
     app.include_router(models.router)
     app.include_router(queue_endpoints.router)

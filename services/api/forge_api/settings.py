@@ -15,4 +15,7 @@ class ApiSettings(BaseSettings):
     max_archive_files: int = Field(500_000, ge=1, description="Most files a dataset archive may hold")
     max_extracted_bytes: int = Field(200 * 1024**3, ge=1, description="Largest total size of an archive's files once unpacked")
     upload_dir: Path | None = Field(None, description="Scratch space for uploads being checked (default: $FORGE_HOME/tmp)")
+    script_max_bytes: int = Field(1024 * 1024, ge=1, description="Largest custom training script accepted")
+    script_timeout_seconds: float = Field(10.0, gt=0, description="How long fetching a custom training script may take")
+    script_allowed_hosts: str = Field("", description="Comma-separated hosts custom scripts may come from (empty: any host)")
     sse_ping_seconds: float = Field(15.0, gt=0, description="Keep-alive interval of live event streams")

@@ -76,6 +76,15 @@ HINTS = {
 }
 
 
+def plain(uri: str | None) -> str | None:
+    """Local locations reach trainers as plain folder paths (friendlier to scripts without the SDK)."""
+    if uri and uri.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(uri).path)
+    return uri
+
+
 def hint_for(reason: str | None) -> str:
     return HINTS.get(reason or "", "see the job's logs for the traceback")
 
@@ -254,25 +263,33 @@ class Scheduler:
         return row
 
     def command_for(self, job: asyncpg.Record) -> list[str]:
-        """The trainer to run for a job: the built-in trainer of its task."""
+        """The trainer to run for a job: the built-in trainer of its task, the SDK's runner for a
+        custom script, or (empty) the custom image's own command."""
+        spec = job["spec"]
+        if spec.get("custom_image"):
+            return []
         python = self.settings.trainer_python if self.executor.name == "local" else "python"
+        if spec.get("custom_script"):
+            return [python, "-m", "forge_sdk.script"]
         return [python, "-m", TRAINERS[Task(job["task"])]]
 
     def _trainer_env(self, job: asyncpg.Record, run_ref: str, input_uri: str | None, resume_from: str | None) -> dict[str, str]:
         spec = job["spec"]
         config = {**spec, "job_id": str(job["id"]), "attempt": job["attempt"]}
         env = TrainerEnv(
-            output_dir=job["output_uri"],
+            output_dir=plain(job["output_uri"]),
             config=config,
-            input_uri=input_uri,
+            input_uri=plain(input_uri),
             artifact_id=job["name"],
             s3=self.store.s3,
-            resume_from=resume_from,
+            resume_from=plain(resume_from),
             job_id=str(job["id"]),
             attempt=job["attempt"],
             traceparent=job["traceparent"],
         )
         trainer = {**env.to_environ(), **self.executor.trainer_env(run_ref)}
+        if script := spec.get("custom_script"):
+            trainer.update(FORGE_SCRIPT_URI=script["stored_uri"], FORGE_SCRIPT_SHA256=script["sha256"])
         if self.executor.name != "local":
             return trainer
         # The trainer gets what its job needs and none of the services' settings or secrets.

@@ -4,6 +4,8 @@
 |---|---|
 | ``INPUT_URI`` | the dataset version (``s3://bucket/prefix``, ``file:///dir`` or a path) |
 | ``OUTPUT_DIR`` | where artifacts go (same URI forms); default ``./forge-output`` |
+| ``FORGE_OUTPUT_URI`` | set by the script runner when ``OUTPUT_DIR`` is a local stand-in for remote storage |
+| ``FORGE_SCRIPT_URI`` / ``FORGE_SCRIPT_SHA256`` | the custom script ``python -m forge_sdk.script`` runs, and its digest |
 | ``CONFIG_JSON`` | the job's resolved spec as JSON (``hyperparameters`` with defaults filled in) |
 | ``ARTIFACT_ID`` | names ``<ARTIFACT_ID>.metrics.json``, the file that registers precisely |
 | ``S3_ENDPOINT`` / ``S3_ACCESS_KEY`` / ``S3_SECRET_KEY`` / ``S3_REGION`` / ``S3_SECURE`` | object storage |
@@ -28,6 +30,9 @@ from .storage import S3Config
 ENV_VARS = (
     "INPUT_URI",
     "OUTPUT_DIR",
+    "FORGE_OUTPUT_URI",
+    "FORGE_SCRIPT_URI",
+    "FORGE_SCRIPT_SHA256",
     "CONFIG_JSON",
     "ARTIFACT_ID",
     "S3_ENDPOINT",
@@ -77,7 +82,7 @@ class TrainerEnv:
         except ValueError:
             raise ConfigError(f"FORGE_ATTEMPT must be an integer, got {env['FORGE_ATTEMPT']!r}") from None
         return cls(
-            output_dir=env.get("OUTPUT_DIR") or str(Path("forge-output").resolve()),
+            output_dir=env.get("FORGE_OUTPUT_URI") or env.get("OUTPUT_DIR") or str(Path("forge-output").resolve()),
             config=config,
             input_uri=env.get("INPUT_URI") or None,
             artifact_id=env.get("ARTIFACT_ID") or "model",

@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 @router.post("", status_code=201, response_model=Job)
 async def create_job(body: JobCreate, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
     """Create a job as a draft, or queue it at once with ``start: true``."""
-    return Job.of(await service.create_job(conn, services.subjects, project, body))
+    return Job.of(await service.create_job(conn, services, project, body))
 
 
 @router.get("", response_model=list[Job])
@@ -71,13 +71,13 @@ async def get_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, proje
 async def update_job(job_id: uuid.UUID, body: JobUpdate, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
     """Edit a draft, or re-prioritise a queued job."""
     changes = body.model_dump(exclude_unset=True)
-    return await full(conn, await service.update_job(conn, services.subjects, project, job_id, changes))
+    return await full(conn, await service.update_job(conn, services, project, job_id, changes))
 
 
 @router.post("/{job_id}/duplicate", status_code=201, response_model=Job)
 async def duplicate_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, project: ProjectDep, body: Duplicate | None = None) -> Job:
     """A new draft with the same spec, editable before it starts."""
-    return Job.of(await service.duplicate_job(conn, services.subjects, project, job_id, body.name if body else None))
+    return Job.of(await service.duplicate_job(conn, services, project, job_id, body.name if body else None))
 
 
 @router.post("/{job_id}/resume", status_code=202, response_model=Job)

@@ -178,3 +178,8 @@ async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID) -> list[di
             }
         )
     return out
+
+
+async def has_executor(conn: asyncpg.Connection, executor: str) -> bool:
+    """Whether a scheduler with that executor has reported its capacity."""
+    return bool(await conn.fetchval("SELECT true FROM accelerator_capacity WHERE executor = $1 LIMIT 1", executor))

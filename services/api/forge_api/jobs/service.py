@@ -22,11 +22,15 @@ from forge_common.events import (
     StopRequested,
     StopRequestedData,
 )
-from forge_common.jobspec import PRIORITIES, TASK_FORMATS, resolve_hyperparameters
+from forge_common.jobspec import MAIN_METRIC, PRIORITIES, TASK_FORMATS, Task, resolve_hyperparameters
 from forge_common.states import DEPLOYABLE, RESUMABLE, JobState
 from forge_common.subjects import Subjects
+from forge_common.trainers import resolve_with_profile
 
 from ..basemodels import service as basemodels
+from ..deps import Services
+from ..trainers import endpoints as trainers
+from ..trainers import scripts
 from . import queue
 from . import repository as repo
 from .schemas import JobCreate
@@ -35,7 +39,9 @@ SOURCE = "/forge/api"
 PRODUCER = "api"
 
 
-async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: JobCreate) -> tuple[dict[str, Any], asyncpg.Record]:
+async def resolve_spec(
+    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, body: JobCreate, *, previous: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], asyncpg.Record]:
     """Check every reference and fill in every default; the 422 names the field at fault."""
     dataset, version, latest = await repo.find_dataset_version(conn, project_id, body.dataset.name, body.dataset.version)
     if dataset is None:
@@ -43,7 +49,10 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
     if version is None:
         have = f"its latest version is {latest}" if latest else "it has no versions yet"
         raise InvalidInput(f"dataset {body.dataset.name!r} has no version {body.dataset.version}; {have}", field="dataset.version")
-    hyperparameters = resolve_hyperparameters(body.task, body.hyperparameters)
+    trainer = await _trainer(conn, project_id, body)
+    hyperparameters = (
+        resolve_with_profile(trainer, body.hyperparameters) if trainer else resolve_hyperparameters(body.task, body.hyperparameters)
+    )
     formats = TASK_FORMATS[body.task]
     if version["format"] not in formats or body.task.value not in version["tasks"]:
         serves = ", ".join(version["tasks"]) or "no task"
@@ -55,6 +64,7 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
         )
     base_model = await basemodels.resolve(conn, project_id, body.base_model, body.task)
     await queue.check_accelerator(conn, body.accelerator, body.devices)
+    custom = await _custom_code(conn, services, body, trainer, previous)
     spec = {
         "name": body.name,
         "task": body.task.value,
@@ -74,8 +84,57 @@ async def resolve_spec(conn: asyncpg.Connection, project_id: uuid.UUID, body: Jo
         "priority": body.priority,
         "time_limit_seconds": body.time_limit_seconds,
         "registration": body.registration,
+        "trainer": body.trainer,
+        "main_metric": trainer["main_metric"] if trainer else MAIN_METRIC[body.task],
+        **custom,
     }
     return spec, version
+
+
+async def _trainer(conn: asyncpg.Connection, project_id: uuid.UUID, body: JobCreate) -> dict[str, Any] | None:
+    """The registered trainer profile the job names (None: the built-in trainer of its task)."""
+    if body.trainer is None:
+        return None
+    profile = await trainers.get_profile(conn, project_id, body.trainer)
+    if profile is None:
+        raise InvalidInput(f"no trainer named {body.trainer!r} is registered (GET /v1/trainers)", field="trainer")
+    if body.task.value not in profile["tasks"]:
+        raise InvalidInput(f"trainer {body.trainer!r} serves {', '.join(profile['tasks'])}, not {body.task.value}", field="trainer")
+    if body.accelerator not in profile["accelerators"]:
+        raise InvalidInput(
+            f"trainer {body.trainer!r} supports {', '.join(profile['accelerators'])}, not {body.accelerator}", field="accelerator"
+        )
+    return profile
+
+
+async def _custom_code(
+    conn: asyncpg.Connection, services: Services, body: JobCreate, trainer: dict[str, Any] | None, previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The image or script that runs instead of the built-in trainer, checked and pinned."""
+    image = body.custom_image or (trainer["accelerators"][body.accelerator].get("image") if trainer else None)
+    script_uri = body.custom_script_uri or (trainer.get("script_uri") if trainer and not image else None)
+    if not (image or script_uri):
+        return {}
+    if body.task in (Task.LLM_SFT, Task.VLM_SFT):
+        raise InvalidInput(
+            f"{body.task.value} jobs run the built-in SFT trainer only: custom images and scripts serve the computer-vision tasks",
+            field="custom_image" if body.custom_image else "custom_script_uri" if body.custom_script_uri else "trainer",
+        )
+    if image and script_uri and body.custom_image and body.custom_script_uri:
+        raise InvalidInput("give custom_image or custom_script_uri, not both", field="custom_script_uri")
+    if image:
+        if not await queue.has_executor(conn, "kubernetes"):
+            raise InvalidInput(
+                "a custom image needs a container runtime: this installation runs trainers as local processes; "
+                "run the scheduler with the Kubernetes executor (FORGE_SCHEDULER_EXECUTOR=kubernetes), or use custom_script_uri",
+                field="custom_image" if body.custom_image else "trainer",
+            )
+        return {"custom_image": image, "image_pull_secret": body.image_pull_secret}
+    assert script_uri is not None
+    if previous and previous.get("custom_script", {}).get("uri") == script_uri and not body.custom_script_sha256:
+        return {"custom_script": previous["custom_script"]}  # an edit of a draft keeps the fetched bytes
+    fetched = await scripts.fetch(services, script_uri, body.custom_script_sha256)
+    return {"custom_script": {"uri": fetched.uri, "sha256": fetched.sha256, "size": fetched.size, "stored_uri": fetched.stored_uri}}
 
 
 async def _announce_queued(conn: asyncpg.Connection, subjects: Subjects, job: asyncpg.Record, previous: JobState | None) -> None:
@@ -98,10 +157,11 @@ async def _announce_state(conn: asyncpg.Connection, subjects: Subjects, job: asy
     await outbox.add(conn, subjects, status, producer=PRODUCER)
 
 
-async def create_job(conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, body: JobCreate) -> asyncpg.Record:
+async def create_job(conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, body: JobCreate) -> asyncpg.Record:
+    subjects = services.subjects
     job_id = uuid.uuid4()
     with telemetry.span("api.create_job", job_id=job_id) as traceparent:
-        spec, version = await resolve_spec(conn, project_id, body)
+        spec, version = await resolve_spec(conn, services, project_id, body)
         state = JobState.QUEUED if body.start else JobState.DRAFT
         async with conn.transaction():
             await repo.insert_job(
@@ -173,41 +233,9 @@ async def resume_job(conn: asyncpg.Connection, subjects: Subjects, project_id: u
     return job
 
 
-async def duplicate_job(
-    conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID, name: str | None
-) -> asyncpg.Record:
-    """A new draft with the same spec (the same dataset version and base model: comparable)."""
-    job = await get_job(conn, project_id, job_id)
-    spec = job["spec"]
-    body = JobCreate(
-        name=name or spec["name"],
-        task=spec["task"],
-        dataset={"name": spec["dataset"]["name"], "version": spec["dataset"]["version"]},
-        base_model=spec["base_model"],
-        hyperparameters=spec["hyperparameters"],
-        accelerator=spec.get("accelerator", "cpu"),
-        devices=spec.get("devices", 1),
-        priority=spec.get("priority", "normal"),
-        time_limit_seconds=spec.get("time_limit_seconds"),
-        registration=spec.get("registration", "auto"),
-        start=False,
-    )
-    return await create_job(conn, subjects, project_id, body)
-
-
-async def update_job(
-    conn: asyncpg.Connection, subjects: Subjects, project_id: uuid.UUID, job_id: uuid.UUID, changes: dict[str, Any]
-) -> asyncpg.Record:
-    """A draft can change anything; a queued job only its priority."""
-    job = await get_job(conn, project_id, job_id)
-    if job["state"] == JobState.QUEUED:
-        extra = set(changes) - {"priority"}
-        if extra:
-            raise Conflict(f"a queued job can only be re-prioritised; {', '.join(sorted(extra))} can change while it is a draft")
-    elif job["state"] != JobState.DRAFT:
-        raise Conflict(f"the job is {job['state']}: only a draft can be edited, or a queued job re-prioritised")
-    spec = job["spec"]
-    merged = {
+def spec_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    """A recorded spec back as the fields a user submits (the script stays pinned to its bytes)."""
+    fields: dict[str, Any] = {
         "name": spec["name"],
         "task": spec["task"],
         "dataset": {"name": spec["dataset"]["name"], "version": spec["dataset"]["version"]},
@@ -218,10 +246,39 @@ async def update_job(
         "priority": spec.get("priority", "normal"),
         "time_limit_seconds": spec.get("time_limit_seconds"),
         "registration": spec.get("registration", "auto"),
-        **changes,
+        "trainer": spec.get("trainer"),
     }
+    if spec.get("custom_image") and not spec.get("trainer"):
+        fields.update(custom_image=spec["custom_image"], image_pull_secret=spec.get("image_pull_secret"))
+    if spec.get("custom_script") and not spec.get("trainer"):
+        fields.update(custom_script_uri=spec["custom_script"]["uri"], custom_script_sha256=spec["custom_script"]["sha256"])
+    return fields
+
+
+async def duplicate_job(
+    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, job_id: uuid.UUID, name: str | None
+) -> asyncpg.Record:
+    """A new draft with the same spec (the same dataset version, base model and script bytes: comparable)."""
+    job = await get_job(conn, project_id, job_id)
+    body = JobCreate.model_validate({**spec_fields(job["spec"]), "name": name or job["spec"]["name"], "start": False})
+    return await create_job(conn, services, project_id, body)
+
+
+async def update_job(
+    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, job_id: uuid.UUID, changes: dict[str, Any]
+) -> asyncpg.Record:
+    """A draft can change anything; a queued job only its priority."""
+    job = await get_job(conn, project_id, job_id)
+    if job["state"] == JobState.QUEUED:
+        extra = set(changes) - {"priority"}
+        if extra:
+            raise Conflict(f"a queued job can only be re-prioritised; {', '.join(sorted(extra))} can change while it is a draft")
+    elif job["state"] != JobState.DRAFT:
+        raise Conflict(f"the job is {job['state']}: only a draft can be edited, or a queued job re-prioritised")
+    spec = job["spec"]
+    merged = {**spec_fields(spec), **changes}
     body = JobCreate.model_validate(merged)
-    new_spec, version = await resolve_spec(conn, project_id, body)
+    new_spec, version = await resolve_spec(conn, services, project_id, body, previous=spec)
     if not await repo.update_spec(conn, job_id, JobState(job["state"]), new_spec, version["id"], PRIORITIES[body.priority]):
         raise Conflict("the job changed state meanwhile; read it again")
     return await get_job(conn, project_id, job_id)

@@ -1,0 +1,89 @@
+"""Custom training scripts are untrusted downloads: only allowed schemes (and hosts, when
+configured), bounded in size and time, optionally pinned by sha256. The api fetches the script
+once, at submission, stores it content-addressed, and records its digest on the job — the trainer
+runs exactly those bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import httpx
+
+from forge_common.errors import InvalidInput
+from forge_sdk.storage import StorageError, location_from_uri
+
+from ..deps import Services
+
+
+@dataclass(frozen=True)
+class Fetched:
+    uri: str
+    sha256: str
+    size: int
+    stored_uri: str
+
+
+async def _http(uri: str, max_bytes: int, seconds: float) -> bytes:
+    try:
+        async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client, client.stream("GET", uri) as response:
+            if response.status_code != 200:
+                raise InvalidInput(f"fetching {uri} answered HTTP {response.status_code}", field="custom_script_uri")
+            declared = response.headers.get("content-length")
+            if declared and int(declared) > max_bytes:
+                raise InvalidInput(f"the script at {uri} is larger than {max_bytes} bytes", field="custom_script_uri")
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data.extend(chunk)
+                if len(data) > max_bytes:
+                    raise InvalidInput(f"the script at {uri} is larger than {max_bytes} bytes", field="custom_script_uri")
+            return bytes(data)
+    except httpx.TimeoutException:
+        raise InvalidInput(f"fetching {uri} took longer than {seconds:g} s", field="custom_script_uri") from None
+    except httpx.HTTPError as exc:
+        raise InvalidInput(f"cannot fetch {uri}: {exc}", field="custom_script_uri") from None
+
+
+async def _s3(services: Services, uri: str, max_bytes: int) -> bytes:
+    def read() -> bytes:
+        location = location_from_uri(uri, services.store.s3)
+        info = location.store.stat(location.prefix)
+        if info is None:
+            raise InvalidInput(f"no object {uri}", field="custom_script_uri")
+        if info.size > max_bytes:
+            raise InvalidInput(f"the script at {uri} is larger than {max_bytes} bytes", field="custom_script_uri")
+        return location.store.get_bytes(location.prefix)
+
+    try:
+        return await asyncio.to_thread(read)
+    except StorageError as exc:
+        raise InvalidInput(f"cannot read {uri}: {exc}", field="custom_script_uri") from None
+
+
+async def fetch(services: Services, uri: str, sha256: str | None) -> Fetched:
+    settings = services.settings
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("s3", "http", "https"):
+        raise InvalidInput(
+            f"custom_script_uri must be s3://, http:// or https://, not {parsed.scheme or 'a bare path'}", field="custom_script_uri"
+        )
+    if parsed.scheme == "s3" and services.store.s3 is None:
+        raise InvalidInput("this installation has no S3 endpoint configured, so it cannot read s3:// scripts", field="custom_script_uri")
+    allowed = [h.strip() for h in settings.script_allowed_hosts.split(",") if h.strip()]
+    if allowed and parsed.hostname not in allowed and parsed.netloc not in allowed:
+        raise InvalidInput(f"scripts may only come from {', '.join(allowed)}; {parsed.netloc} is not allowed", field="custom_script_uri")
+    if parsed.scheme == "s3":
+        data = await _s3(services, uri, settings.script_max_bytes)
+    else:
+        data = await _http(uri, settings.script_max_bytes, settings.script_timeout_seconds)
+    digest = hashlib.sha256(data).hexdigest()
+    if sha256 and digest != sha256:
+        raise InvalidInput(f"the script at {uri} has sha256 {digest}, not the pinned {sha256}", field="custom_script_sha256")
+    try:
+        compile(data, uri, "exec")
+    except (SyntaxError, ValueError) as exc:
+        raise InvalidInput(f"the script at {uri} is not valid Python: {exc}", field="custom_script_uri") from None
+    stored = await services.store.put_bytes(f"scripts/{digest}.py", data)
+    return Fetched(uri=uri, sha256=digest, size=len(data), stored_uri=stored)
