@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
 import asyncpg
@@ -44,6 +44,12 @@ SOURCE = "/forge/log-relay"
 READ_LIMIT = 1 << 20  # bytes read per pass
 
 
+class Source(Protocol):
+    """Where an attempt's output is read from, incrementally from a byte offset."""
+
+    def read(self, offset: int, limit: int) -> bytes: ...
+
+
 class FileSource:
     """A trainer's output file, read incrementally from a byte offset."""
 
@@ -59,10 +65,14 @@ class FileSource:
             return b""
 
 
-def source_for(log_uri: str) -> FileSource:
+def source_for(log_uri: str) -> Source:
     parsed = urlparse(log_uri)
+    if parsed.scheme == "k8s":  # a trainer pod's log (Kubernetes executor)
+        from .kubernetes_source import KubernetesSource
+
+        return KubernetesSource.from_uri(log_uri)
     if parsed.scheme != "file":
-        raise ValueError(f"cannot follow {log_uri!r}: only file:// outputs are supported by this relay")
+        raise ValueError(f"cannot follow {log_uri!r}: only file:// and k8s:// outputs are supported by this relay")
     return FileSource(Path(unquote(parsed.path)))
 
 
@@ -151,7 +161,7 @@ class Follower:
         relay: LogRelay,
         job_id: uuid.UUID,
         attempt: int,
-        source: FileSource,
+        source: Source,
         *,
         offset: int,
         line_no: int,

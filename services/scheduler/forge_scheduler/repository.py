@@ -66,16 +66,22 @@ async def lock_admission(conn: asyncpg.Connection) -> None:
 
 
 async def count_running(conn: asyncpg.Connection, accelerator: str) -> int:
-    return int(await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 'running' AND accelerator = $1", accelerator))
+    """Slots in use: one per running CPU job; for a GPU profile, the devices its jobs hold."""
+    return int(
+        await conn.fetchval(
+            "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
+            " FROM jobs WHERE state = 'running' AND accelerator = $1",
+            accelerator,
+        )
+    )
 
 
-async def next_queued(conn: asyncpg.Connection, accelerator: str, limit: int) -> list[asyncpg.Record]:
-    """The head of the queue: priority first, then first come first served."""
-    return await conn.fetch(
+async def head_of_queue(conn: asyncpg.Connection, accelerator: str) -> asyncpg.Record | None:
+    """The next job to admit: priority first, then first come first served (one index read)."""
+    return await conn.fetchrow(
         "SELECT * FROM jobs WHERE state = 'queued' AND accelerator = $1"
-        " ORDER BY priority DESC, queued_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        " ORDER BY priority DESC, queued_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
         accelerator,
-        limit,
     )
 
 

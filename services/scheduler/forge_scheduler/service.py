@@ -101,6 +101,9 @@ def decide_outcome(
     anything else → failed with a reason and a hint. The trainer's own outcome wins when present,
     except over what the executor knows for certain (a deadline, an OOM kill)."""
     epochs = max(epochs_completed, result.epochs_completed if result else 0)
+    if exit_status.reason == "node_lost" and not stop_requested:
+        # an eviction or preemption sends SIGTERM too: the trainer's "stopped" is not the user's
+        return Decision(JobState.FAILED, epochs, "node_lost", exit_status.error or "the trainer's node went away", hint_for("interrupted"))
     if exit_status.reason == "deadline_exceeded" and not stop_requested:
         return Decision(JobState.FAILED, epochs, "deadline_exceeded", "the job ran past its time limit", hint_for("deadline_exceeded"))
     if result is not None:
@@ -219,10 +222,13 @@ class Scheduler:
                 await repo.lock_admission(conn)
                 for profile in self.capacity:
                     free = self.slots(profile) - await repo.count_running(conn, profile)
-                    if free <= 0:
-                        continue
-                    for job in await repo.next_queued(conn, profile, free):
+                    while free > 0:
+                        job = await repo.head_of_queue(conn, profile)
+                        need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1)) if job else 0
+                        if job is None or need > free:
+                            break  # the head waits for enough devices: no one overtakes it
                         started.append(await self._start(conn, job))
+                        free -= need
             for job in started:
                 await self._launch(job)
             return [job["id"] for job in started]
@@ -288,6 +294,10 @@ class Scheduler:
             traceparent=job["traceparent"],
         )
         trainer = {**env.to_environ(), **self.executor.trainer_env(run_ref)}
+        if self.executor.name != "local":
+            # object-storage keys reach pods from a Kubernetes Secret, never inline
+            trainer.pop("S3_ACCESS_KEY", None)
+            trainer.pop("S3_SECRET_KEY", None)
         if script := spec.get("custom_script"):
             trainer.update(FORGE_SCRIPT_URI=script["stored_uri"], FORGE_SCRIPT_SHA256=script["sha256"])
         if self.executor.name != "local":

@@ -28,3 +28,48 @@ class SchedulerSettings(BaseSettings):
     )
     detect_devices: bool = Field(True, description="Count GPUs with the trainers' torch at start-up (local executor)")
     health_port: int = Field(0, ge=0, le=65535, description="Port of the scheduler's /healthz and /readyz (0: off)")
+    kube_namespace: str = Field("forge", description="Namespace of the trainer Jobs (Kubernetes executor)")
+    kube_config: Path | None = Field(
+        None, description="Kubeconfig file of the Kubernetes executor (unset: the scheduler pod's in-cluster service account)"
+    )
+    kube_image: str = Field(
+        "ghcr.io/forge/trainer", description="Built-in trainer image; the profile's suffix (-cu, -rocm, -xpu) and the tag are appended"
+    )
+    kube_image_tag: str = Field("latest", description="Tag of the built-in trainer images (pin a release in production)")
+    kube_image_pull_secret: str | None = Field(
+        None, description="Secret (type kubernetes.io/dockerconfigjson) that trainer pods pull their image with, built-in or custom"
+    )
+    kube_s3_secret_name: str = Field(
+        "forge-s3",
+        description="Secret in the trainers' namespace holding their object-storage credentials as S3_ACCESS_KEY and S3_SECRET_KEY",
+    )
+    kube_service_account: str | None = Field(
+        None, description="ServiceAccount of trainer pods (unset: the namespace's default); no API token is mounted either way"
+    )
+    kube_cpu_request: str = Field("1", description="CPU request of a trainer container (a Kubernetes quantity)")
+    kube_memory_request: str = Field("4Gi", description="Memory request of a trainer container (a Kubernetes quantity)")
+    kube_memory_limit: str | None = Field(
+        None, description="Memory limit of a trainer container (unset: the request); a trainer above it is OOMKilled: out_of_memory"
+    )
+    kube_cpu_slots: int | None = Field(
+        None, ge=0, le=100000, description="CPU jobs at once on Kubernetes (unset: what the nodes' free CPU and memory fit at the requests)"
+    )
+    kube_node_selector: dict[str, dict[str, str]] = Field(
+        {},
+        description='Node selector per profile as JSON, e.g. {"nvidia": {"nvidia.com/gpu.present": "true"}}; the key "*" applies to every profile',
+    )
+    kube_tolerations: dict[str, list[dict[str, str | int]]] = Field(
+        {},
+        description='Tolerations per profile as JSON, e.g. {"nvidia": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}; "*" applies to every profile',
+    )
+    kube_pending_timeout_seconds: float = Field(
+        900.0, gt=0, description="How long a trainer pod may stay unschedulable before the attempt fails as unschedulable"
+    )
+    kube_image_pull_timeout_seconds: float = Field(
+        300.0, gt=0, description="How long a trainer image may fail to pull (or its container to be created) before the attempt fails"
+    )
+    kube_ttl_seconds: int = Field(
+        3600,
+        ge=0,
+        description="How long a finished trainer Job and its pod log stay before Kubernetes deletes them (ttlSecondsAfterFinished)",
+    )

@@ -27,6 +27,7 @@ progress line and written to ``FORGE_RESULT_FILE`` for the executor.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -359,12 +360,24 @@ class Run:
         if self.env.result_file:
             target = Path(self.env.result_file)
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".tmp")
-            tmp.write_text(protocol.to_json(outcome), encoding="utf-8")
-            os.replace(tmp, target)
+            write_result(target, protocol.to_json(outcome))
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
         return outcome
+
+
+def write_result(target: Path, text: str) -> None:
+    """Atomically where possible; in place where the file is a bind mount that cannot be replaced
+    (Kubernetes' /dev/termination-log answers EBUSY to a rename)."""
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EBUSY, errno.EXDEV, errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        tmp.unlink(missing_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def init(env: TrainerEnv | None = None, **kwargs: Any) -> Run:
