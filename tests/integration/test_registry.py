@@ -168,3 +168,23 @@ async def test_the_global_stream_carries_every_jobs_state_changes(api: httpx.Asy
                 break
     await gen.aclose()
     assert got == [("status", a["id"]), ("submitted", b["id"]), ("status", b["id"])]
+
+
+async def test_the_global_stream_can_start_live_without_history(api: httpx.AsyncClient, sample_dataset: Path) -> None:
+    import asyncio
+
+    from forge_api import streams
+
+    await upload(api, "shapes", tar_of(sample_dataset))
+    spec = {"task": "classification", "dataset": {"name": "shapes", "version": 1}, "base_model": "timm/test_vit"}
+    await api.post("/v1/jobs", json={**spec, "name": "before"})
+    services = api.app.state.services  # type: ignore[attr-defined]
+    gen = streams.events(services.js, services.subjects.jobs_stream, services.subjects.every("status"), after=None, live_only=True)
+    first = asyncio.ensure_future(gen.__anext__())
+    await asyncio.sleep(0.5)
+    after = (await api.post("/v1/jobs", json={**spec, "name": "after"})).json()
+    item = await asyncio.wait_for(first, 10)
+    await gen.aclose()
+    assert json.loads(item["data"])["subject"] == after["id"]
+    r = await api.get("/v1/events", params={"since": "yesterday"})
+    assert r.status_code == 422 and r.json()["field"] == "since"

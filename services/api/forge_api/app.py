@@ -30,6 +30,7 @@ from .models import endpoints as models
 from .projects import current_project
 from .settings import ApiSettings
 from .trainers import endpoints as trainers
+from .web import routes as web
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
     app.include_router(models.router)
     app.include_router(queue_endpoints.router)
     app.include_router(events_endpoints.router)
+    app.include_router(web.router)
     return app
 
 

@@ -22,19 +22,24 @@ router = APIRouter(tags=["events"])
 async def all_jobs_events(
     services: ServicesDep,
     kinds: Annotated[str, Query(description="Comma-separated event kinds, e.g. status,model-registered")] = "status",
+    since: Annotated[
+        str, Query(pattern=r"^(start|now|\d+)$", description="start (history first), now (live only), or a sequence to continue after")
+    ] = "start",
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
-    """Server-Sent Events across every job: by default each job state change. History first, then
-    live; resumes after ``Last-Event-ID``."""
+    """Server-Sent Events across every job: by default each job state change. History first (or
+    only live events with ``since=now``); resumes after ``Last-Event-ID``."""
     wanted = [k.strip() for k in kinds.split(",") if k.strip()]
     unknown = [k for k in wanted if k not in BY_KIND]
     if not wanted or unknown:
         raise InvalidInput(f"unknown event kind(s) {', '.join(unknown) or '(none)'}; known: {', '.join(BY_KIND)}", field="kinds")
+    after = streams.parse_last_event_id(last_event_id) or (int(since) if since.isdigit() else None)
     source = streams.events(
         services.js,
         services.subjects.jobs_stream,
         [services.subjects.every(k) for k in wanted],
-        after=streams.parse_last_event_id(last_event_id),
+        after=after,
+        live_only=since == "now" and after is None,
     )
     return EventSourceResponse(source, ping=int(services.settings.sse_ping_seconds))
 

@@ -33,13 +33,14 @@ async def events(
     *,
     after: int | None,
     first: dict[str, Any] | None = None,
+    live_only: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """SSE messages (``id``, ``event``, ``data``) for every event on ``subject``, forever."""
     if first is not None:
         yield first
     filters = [subject] if isinstance(subject, str) else subject
     config = ConsumerConfig(
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if after else DeliverPolicy.ALL,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if after else DeliverPolicy.NEW if live_only else DeliverPolicy.ALL,
         opt_start_seq=after + 1 if after else None,
         inactive_threshold=60.0,
         filter_subjects=filters if len(filters) > 1 else None,

@@ -160,7 +160,7 @@ async def job_events(
     ``Last-Event-ID`` when resuming. Event names are the event kinds: ``status``, ``metrics``,
     ``epoch-completed``, ``logs``, ``artifact-uploaded``, ``model-registered``, …"""
     async with services.pool.acquire() as conn:  # not held while the stream is open
-        job = Job.of(await service.get_job(conn, project, job_id))
+        job = await full(conn, await service.get_job(conn, project, job_id), services.common)
     snapshot = {"event": "snapshot", "data": job.model_dump_json()}
     source = streams.events(
         services.js,

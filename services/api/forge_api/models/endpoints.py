@@ -32,6 +32,7 @@ class ModelVersion(BaseModel):
     name: str
     version: int
     job_id: uuid.UUID
+    job_name: str
     job_state: str
     attempt: int
     dataset: dict[str, Any] | None
@@ -49,6 +50,7 @@ class ModelVersion(BaseModel):
             name=row["model_name"],
             version=row["version"],
             job_id=row["job_id"],
+            job_name=row["job_name"],
             job_state=row["job_state"],
             attempt=row["attempt"],
             dataset={"name": ds["name"], "version": ds["version"]} if ds else None,
