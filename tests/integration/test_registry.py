@@ -177,8 +177,9 @@ async def test_the_global_stream_can_start_live_without_history(api: httpx.Async
 
     await upload(api, "shapes", tar_of(sample_dataset))
     spec = {"task": "classification", "dataset": {"name": "shapes", "version": 1}, "base_model": "timm/test_vit"}
-    await api.post("/v1/jobs", json={**spec, "name": "before"})
+    before = (await api.post("/v1/jobs", json={**spec, "name": "before"})).json()
     services = api.app.state.services  # type: ignore[attr-defined]
+    await collect(services.js, services.subjects.job(before["id"], "status"), 1)  # it is in the stream already
     gen = streams.events(services.js, services.subjects.jobs_stream, services.subjects.every("status"), after=None, live_only=True)
     first = asyncio.ensure_future(gen.__anext__())
     await asyncio.sleep(0.5)
