@@ -6,11 +6,13 @@ error, 3 the watched job was canceled, 4 it was stopped (its best model is kept)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -43,6 +45,16 @@ OutputOption = Annotated[str, typer.Option("--output", "-o", help="table or json
 
 def _client(api: str) -> ForgeClient:
     return ForgeClient(api)
+
+
+@contextlib.contextmanager
+def connected(api: str) -> Iterator[ForgeClient]:
+    """A client whose API errors end the command with the API's message (exit code 2)."""
+    with ForgeClient(api) as client:
+        try:
+            yield client
+        except ApiError as exc:
+            raise _fail(exc) from None
 
 
 def _fail(exc: ApiError) -> typer.Exit:
@@ -82,11 +94,16 @@ def _cell(value: Any) -> str:
 @datasets_app.command("create")
 def datasets_create(name: str, description: str = "", api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Create an empty dataset."""
+    with connected(api) as c:
+        _print(c.post("/v1/datasets", {"name": name, "description": description}), output, ["name", "description", "created_at"])
+
+
+def _ensure_dataset(c: ForgeClient, name: str) -> None:
     try:
-        with _client(api) as c:
-            _print(c.post("/v1/datasets", {"name": name, "description": description}), output, ["name", "description", "created_at"])
+        c.post("/v1/datasets", {"name": name})
     except ApiError as exc:
-        raise _fail(exc) from None
+        if exc.status != 409:  # 409: it exists already
+            raise
 
 
 def _archive(path: Path) -> tuple[Path, bool]:
@@ -118,11 +135,7 @@ def datasets_upload(
     try:
         with _client(api) as c:
             if create:
-                try:
-                    c.post("/v1/datasets", {"name": name})
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
+                _ensure_dataset(c, name)
             version = c.upload_version(name, archive, format)
     except ApiError as exc:
         raise _fail(exc) from None
@@ -140,22 +153,16 @@ def datasets_upload(
 
 @datasets_app.command("list")
 def datasets_list(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
-    try:
-        with _client(api) as c:
-            _print(c.get("/v1/datasets"), output, ["name", "latest_version", "description", "created_at"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get("/v1/datasets"), output, ["name", "latest_version", "description", "created_at"])
 
 
 @datasets_app.command("show")
 def datasets_show(name: str, version: int | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
     """A dataset's versions (or one version) with format, stats and validation report."""
-    try:
-        with _client(api) as c:
-            path = f"/v1/datasets/{name}/versions" + (f"/{version}" if version else "")
-            _print(c.get(path), output, ["version", "format", "tasks", "file_count", "size_bytes", "content_hash", "created_at"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        path = f"/v1/datasets/{name}/versions" + (f"/{version}" if version else "")
+        _print(c.get(path), output, ["version", "format", "tasks", "file_count", "size_bytes", "content_hash", "created_at"])
 
 
 @datasets_app.command("import")
@@ -168,28 +175,18 @@ def datasets_import(
     output: OutputOption = "table",
 ) -> None:
     """Import an object-storage prefix (s3://bucket/prefix) as the next version of a dataset."""
-    try:
-        with _client(api) as c:
-            if create:
-                try:
-                    c.post("/v1/datasets", {"name": name})
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
-            version = c.post(f"/v1/datasets/{name}/imports", {"uri": uri, "format": format})
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        if create:
+            _ensure_dataset(c, name)
+        version = c.post(f"/v1/datasets/{name}/imports", {"uri": uri, "format": format})
     _print(version, output, ["dataset", "version", "format", "tasks", "file_count", "created"])
 
 
 @datasets_app.command("delete")
 def datasets_delete(name: str, version: int, api: ApiOption = "http://127.0.0.1:8000") -> None:
     """Delete a version (refused while a model trained on it exists)."""
-    try:
-        with _client(api) as c:
-            c.request("DELETE", f"/v1/datasets/{name}/versions/{version}")
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        c.request("DELETE", f"/v1/datasets/{name}/versions/{version}")
     console.print(f"deleted {name} v{version}")
 
 
@@ -230,94 +227,67 @@ def jobs_submit(
 ) -> None:
     """Submit a job from a YAML or JSON spec."""
     body = {**_load_spec(spec), "start": start}
-    try:
-        with _client(api) as c:
-            job = c.post("/v1/jobs", body)
-            if not watch:
-                _print(job, output, JOB_COLUMNS)
-                return
-            console.print(f"job {job['id']} ({job['name']}) {job['state']}")
-            raise typer.Exit(_watch(c, job["id"], output))
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        job = c.post("/v1/jobs", body)
+        if not watch:
+            _print(job, output, JOB_COLUMNS)
+            return
+        console.print(f"job {job['id']} ({job['name']}) {job['state']}")
+        raise typer.Exit(_watch(c, job["id"], output))
 
 
 @jobs_app.command("list")
 def jobs_list(state: str | None = None, limit: int = 50, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
-    try:
-        with _client(api) as c:
-            _print(c.get("/v1/jobs", state=state, limit=limit), output, JOB_COLUMNS)
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get("/v1/jobs", state=state, limit=limit), output, JOB_COLUMNS)
 
 
 @jobs_app.command("show")
 def jobs_show(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
-    try:
-        with _client(api) as c:
-            _print(c.get(f"/v1/jobs/{job_id}"), output, [*JOB_COLUMNS, "best_metrics", "error"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get(f"/v1/jobs/{job_id}"), output, [*JOB_COLUMNS, "best_metrics", "error"])
 
 
 @jobs_app.command("start")
 def jobs_start(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Queue a draft."""
-    try:
-        with _client(api) as c:
-            _print(c.post(f"/v1/jobs/{job_id}/start"), output, JOB_COLUMNS)
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.post(f"/v1/jobs/{job_id}/start"), output, JOB_COLUMNS)
 
 
 @jobs_app.command("stop")
 def jobs_stop(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Stop a job: after ≥1 completed epoch it keeps its best model (stopped); before, nothing (canceled)."""
-    try:
-        with _client(api) as c:
-            _print(c.post(f"/v1/jobs/{job_id}/stop"), output, JOB_COLUMNS)
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.post(f"/v1/jobs/{job_id}/stop"), output, JOB_COLUMNS)
 
 
 @jobs_app.command("resume")
 def jobs_resume(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """A new attempt of a stopped or failed job, from its last checkpoint."""
-    try:
-        with _client(api) as c:
-            _print(c.post(f"/v1/jobs/{job_id}/resume"), output, JOB_COLUMNS)
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.post(f"/v1/jobs/{job_id}/resume"), output, JOB_COLUMNS)
 
 
 @jobs_app.command("duplicate")
 def jobs_duplicate(job_id: str, name: str | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """A new draft with the same spec (start it with `forge jobs start`)."""
-    try:
-        with _client(api) as c:
-            _print(c.post(f"/v1/jobs/{job_id}/duplicate", {"name": name} if name else None), output, JOB_COLUMNS)
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.post(f"/v1/jobs/{job_id}/duplicate", {"name": name} if name else None), output, JOB_COLUMNS)
 
 
 @jobs_app.command("priority")
 def jobs_priority(job_id: str, priority: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Re-prioritise a queued job (low, normal or high)."""
-    try:
-        with _client(api) as c:
-            _print(c.request("PATCH", f"/v1/jobs/{job_id}", json={"priority": priority}), output, [*JOB_COLUMNS, "queue_position"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.request("PATCH", f"/v1/jobs/{job_id}", json={"priority": priority}), output, [*JOB_COLUMNS, "queue_position"])
 
 
 @app.command("queue")
 def queue(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Each accelerator's queue with positions and estimated starts."""
-    try:
-        with _client(api) as c:
-            data = c.get("/v1/queue")
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        data = c.get("/v1/queue")
     if output == "json":
         _print(data, output)
         return
@@ -330,11 +300,8 @@ def queue(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "tabl
 @app.command("accelerators")
 def accelerators(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """The accelerator profiles this installation can allocate, with counts and grades."""
-    try:
-        with _client(api) as c:
-            _print(c.get("/v1/accelerators"), output, ["name", "count", "resource", "grades", "detail"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get("/v1/accelerators"), output, ["name", "count", "resource", "grades", "detail"])
 
 
 @jobs_app.command("logs")
@@ -343,42 +310,36 @@ def jobs_logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends")] = False,
     api: ApiOption = "http://127.0.0.1:8000",
 ) -> None:
-    try:
-        with _client(api) as c:
-            if not follow:
-                after = 0
-                while True:
-                    page = c.get(f"/v1/jobs/{job_id}/logs", after=after, limit=5000)
-                    for line in page["lines"]:
-                        console.print(line["text"], markup=False, highlight=False)
-                    if not page["lines"]:
-                        return
-                    after = page["next_after"]
-            state = None
-            for event, _, data in c.events(job_id):
-                if event == "snapshot":
-                    state = data["state"]
-                elif event == "status":
-                    state = data["data"]["state"]
-                elif event == "logs":
-                    for line in data["data"]["lines"]:
-                        console.print(line["text"], markup=False, highlight=False)
-                    if data["data"].get("eof") and state in TERMINAL:
-                        return  # the trainer is gone and its output was read to the end
-                if state in ("canceled", "failed") and event == "status" and not data["data"].get("attempt"):
-                    return  # it never ran: there is no output to wait for
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        if not follow:
+            after = 0
+            while True:
+                page = c.get(f"/v1/jobs/{job_id}/logs", after=after, limit=5000)
+                for line in page["lines"]:
+                    console.print(line["text"], markup=False, highlight=False)
+                if not page["lines"]:
+                    return
+                after = page["next_after"]
+        state = None
+        for event, _, data in c.events(job_id):
+            if event == "snapshot":
+                state = data["state"]
+            elif event == "status":
+                state = data["data"]["state"]
+            elif event == "logs":
+                for line in data["data"]["lines"]:
+                    console.print(line["text"], markup=False, highlight=False)
+                if data["data"].get("eof") and state in TERMINAL:
+                    return  # the trainer is gone and its output was read to the end
+            if state in ("canceled", "failed") and event == "status" and not data["data"].get("attempt"):
+                return  # it never ran: there is no output to wait for
 
 
 @jobs_app.command("watch")
 def jobs_watch(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Follow a job with a progress bar until it ends; the exit code says how it ended."""
-    try:
-        with _client(api) as c:
-            raise typer.Exit(_watch(c, job_id, output))
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        raise typer.Exit(_watch(c, job_id, output))
 
 
 def _watch(c: ForgeClient, job_id: str, output: str) -> int:
@@ -452,20 +413,14 @@ app.add_typer(base_models_app, name="base-models")
 
 @base_models_app.command("list")
 def base_models_list(task: str | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
-    try:
-        with _client(api) as c:
-            _print(c.get("/v1/base-models", task=task), output, ["name", "family", "tasks", "description"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get("/v1/base-models", task=task), output, ["name", "family", "tasks", "description"])
 
 
 @base_models_app.command("show")
 def base_models_show(name: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
-    try:
-        with _client(api) as c:
-            _print(c.get(f"/v1/base-models/{name}"), output, ["name", "family", "tasks", "source", "digest"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get(f"/v1/base-models/{name}"), output, ["name", "family", "tasks", "source", "digest"])
 
 
 @base_models_app.command("add")
@@ -492,13 +447,8 @@ def base_models_add(
         src = {"kind": "local", "uri": str(Path(source).resolve())}
     if config:
         src["config"] = config
-    try:
-        with _client(api) as c:
-            entry = c.post(
-                "/v1/base-models", {"name": name, "family": family, "source": src, "license": license, "description": description}
-            )
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        entry = c.post("/v1/base-models", {"name": name, "family": family, "source": src, "license": license, "description": description})
     _print(entry, output, ["name", "family", "tasks", "size_bytes", "digest"])
     for warning in entry.get("warnings", []):
         console.print(f"[yellow]warning[/yellow] {warning}")
@@ -509,22 +459,16 @@ def base_models_add(
 
 @models_app.command("list")
 def models_list(api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
-    try:
-        with _client(api) as c:
-            _print(c.get("/v1/models"), output, ["name", "versions", "latest_version", "created_at"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        _print(c.get("/v1/models"), output, ["name", "versions", "latest_version", "created_at"])
 
 
 @models_app.command("show")
 def models_show(name: str, version: int | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """A model's versions (or one version) with metrics and lineage."""
-    try:
-        with _client(api) as c:
-            path = f"/v1/models/{name}/versions" + (f"/{version}" if version else "")
-            _print(c.get(path), output, ["version", "job_id", "dataset", "base_model", "metrics", "created_at"])
-    except ApiError as exc:
-        raise _fail(exc) from None
+    with connected(api) as c:
+        path = f"/v1/models/{name}/versions" + (f"/{version}" if version else "")
+        _print(c.get(path), output, ["version", "job_id", "dataset", "base_model", "metrics", "created_at"])
 
 
 @models_app.command("download")

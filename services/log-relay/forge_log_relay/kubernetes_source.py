@@ -271,23 +271,15 @@ class _OfficialPodLogs:
         tail_lines: int | None = None,
         timestamps: bool = False,
     ) -> bytes | None:
-        from kubernetes.client.exceptions import ApiException
+        from forge_common.kube import read_pod_log
 
-        def read() -> bytes:
-            response = self.core.read_namespaced_pod_log(
-                name,
-                namespace,
-                container=container,
-                since_seconds=since_seconds,
-                tail_lines=tail_lines,
-                timestamps=timestamps,
-                _preload_content=False,
-            )
-            return bytes(response.data)
-
-        try:
-            return await asyncio.to_thread(read)
-        except ApiException as exc:
-            if exc.status in (400, 404):  # waiting to start, or gone
-                return None
-            raise
+        return await asyncio.to_thread(
+            read_pod_log,
+            self.core,
+            namespace,
+            name,
+            container=container,
+            since_seconds=since_seconds,
+            tail_lines=tail_lines,
+            timestamps=timestamps,
+        )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Job, V1Node, V1Pod
@@ -176,24 +176,20 @@ class OfficialKubeClient:
     ) -> bytes | None:
         from kubernetes.client.exceptions import ApiException
 
-        def read() -> bytes:
-            # the raw response: bytes exactly as the container wrote them (no text decoding)
-            response: Any = self.core.read_namespaced_pod_log(
-                name,
+        from forge_common.kube import read_pod_log
+
+        try:
+            return await asyncio.to_thread(
+                read_pod_log,
+                self.core,
                 namespace,
+                name,
                 container=container,
                 since_seconds=since_seconds,
                 tail_lines=tail_lines,
                 timestamps=timestamps,
-                _preload_content=False,
             )
-            return bytes(response.data)
-
-        try:
-            return await asyncio.to_thread(read)
         except ApiException as exc:
-            if exc.status in (400, 404):  # 400: the container is waiting to start; 404: the pod is gone
-                return None
             raise _api_error("read pod log", exc) from None
 
     async def list_nodes(self) -> list[V1Node]:

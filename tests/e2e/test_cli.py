@@ -1,0 +1,74 @@
+"""The forge command against the running stack: what a user types, what they see, the exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from forge_cli.main import app
+
+from .conftest import Stack
+
+pytestmark = pytest.mark.slow
+
+
+def forge(stack: Stack, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, [*args, "--api", stack.url] if args[-1] != "--" else list(args[:-1]), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_a_user_trains_a_model_from_the_command_line(stack: Stack, tmp_path: Path) -> None:
+    code, out = forge(stack, "datasets", "sample", str(tmp_path / "shapes"), "--per-class", "20", "--size", "32", "--")
+    assert code == 0 and "60 images" in out
+    code, out = forge(stack, "datasets", "upload", "cli-shapes", str(tmp_path / "shapes"))
+    assert code == 0 and "cli-shapes v1 (imagenet-folder, 60 files) — new version" in out
+    code, out = forge(stack, "datasets", "upload", "cli-shapes", str(tmp_path / "shapes"))
+    assert code == 0 and "identical content: existing version" in out
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: cli-vit\ntask: classification\ndataset: {name: cli-shapes, version: 1}\nbase_model: timm/test_vit\n"
+        "hyperparameters: {epochs: 2, imgsz: 32, batch: 8, lr: 0.003}\n"
+    )
+    code, out = forge(stack, "jobs", "submit", str(spec), "--watch")
+    assert code == 0, out
+    assert "cli-vit succeeded after 2 epoch(s)" in out and "model: cli-vit v1" in out and "epoch 2:" in out
+    code, out = forge(stack, "jobs", "list", "--output", "json")
+    jobs = json.loads(out)
+    job = next(j for j in jobs if j["name"] == "cli-vit")
+    code, out = forge(stack, "jobs", "logs", job["id"])
+    assert code == 0 and "epoch 2/2:" in out
+    code, out = forge(stack, "jobs", "logs", job["id"], "-f")
+    assert code == 0 and "epoch 2/2:" in out  # a finished job: its whole output, then it returns
+    code, out = forge(stack, "models", "download", "cli-vit", "1", "--to", str(tmp_path / "m.onnx"))
+    assert code == 0 and (tmp_path / "m.onnx").stat().st_size > 1000
+    for command in (["queue"], ["accelerators"], ["base-models", "list", "--task", "detection"], ["models", "list"], ["datasets", "list"]):
+        code, out = forge(stack, *command)
+        assert code == 0, (command, out)
+
+
+def test_errors_are_messages_with_exit_code_2(stack: Stack, tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ntask: classification\ndataset: {name: nope, version: 1}\nbase_model: timm/test_vit\n")
+    code, out = forge(stack, "jobs", "submit", str(spec))
+    assert code == 2 and "error: no dataset named 'nope'" in out
+    code, out = forge(stack, "jobs", "show", "00000000-0000-0000-0000-000000000000")
+    assert code == 2 and "error: no job" in out
+    (tmp_path / "broken" / "cat").mkdir(parents=True)
+    (tmp_path / "broken" / "cat" / "x.png").write_bytes(b"not a png")
+    (tmp_path / "broken" / "dog").mkdir()
+    code, out = forge(stack, "datasets", "upload", "broken", str(tmp_path / "broken"))
+    assert code == 2 and "cat/x.png: unreadable or corrupt image" in out
+    code, out = CliRunner().invoke(app, ["jobs", "list", "--api", "http://127.0.0.1:9"]).exit_code, ""
+    assert code == 2
+
+
+def test_watch_exits_with_how_the_job_ended(stack: Stack) -> None:
+    job = stack.submit("cli-canceled", base_model="timm/resnet10t", dataset="cli-shapes", epochs=50, imgsz=128, batch=2)  # uploaded above
+    stack.wait_event(job["id"], "metrics")
+    code, _ = forge(stack, "jobs", "stop", job["id"])
+    assert code == 0
+    code, out = forge(stack, "jobs", "watch", job["id"])
+    assert code == 3, out  # canceled: stopped before its first epoch
