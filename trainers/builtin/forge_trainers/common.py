@@ -1,10 +1,8 @@
-"""What the built-in trainers share: device selection, reproducibility, ONNX export and checks."""
+"""What the built-in trainers share: device selection, reproducibility, the out-of-memory hint."""
 
 from __future__ import annotations
 
 import random
-import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,43 +69,3 @@ def oom_hint(batch: int, device: torch.device) -> str:
         if batch > 1
         else f"the model does not fit in {where} memory even at batch 1; try a smaller image size"
     )
-
-
-def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path, *, input_name: str, output_name: str) -> None:
-    """Export with a dynamic batch axis (legacy exporter: fast and exact for these models)."""
-    model.eval()
-    with warnings.catch_warnings():
-        # tracing warns about Python-side shape checks that are constant for these models
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        _export(model, example, path, input_name=input_name, output_name=output_name)
-
-
-def _export(model: torch.nn.Module, example: torch.Tensor, path: Path, *, input_name: str, output_name: str) -> None:
-    torch.onnx.export(
-        model,
-        (example,),
-        str(path),
-        dynamo=False,
-        opset_version=17,
-        input_names=[input_name],
-        output_names=[output_name],
-        dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}},
-    )
-
-
-def verify_onnx(model: torch.nn.Module, path: Path, batch: torch.Tensor, *, tolerance: float = 1e-3) -> float:
-    """``onnx.checker`` plus onnxruntime against torch on a batch of another size; returns the max
-    absolute difference, raising when it exceeds ``tolerance``."""
-    import onnx
-    import onnxruntime as ort
-
-    onnx.checker.check_model(onnx.load(str(path)))
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    (ours,) = session.run(None, {name: batch.cpu().numpy()})
-    with torch.no_grad():
-        reference = model.eval()(batch).float().cpu().numpy()
-    diff = float(np.abs(ours - reference).max())
-    if not diff <= tolerance:
-        raise TrainerError("trainer_crash", f"the ONNX export does not match torch (max difference {diff:.2e})")
-    return diff
