@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import http.server
 import shutil
 import statistics
@@ -41,6 +42,11 @@ from forge_scheduler.settings import SchedulerSettings
 from forge_sdk import protocol
 
 TRIVIAL = "import time; print('STARTED', time.time(), flush=True)\n"
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
 
 class NoopExecutor:
@@ -130,9 +136,8 @@ def stats(values: list[float]) -> str:
 def start_latency(jobs: int, work: Path) -> tuple[list[float], list[float]]:
     script = work / "trivial.py"
     script.write_text(TRIVIAL)
-    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(work), **k)  # noqa: E731
+    handler = functools.partial(QuietHandler, directory=str(work))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     floor = []
     for _ in range(jobs):

@@ -4,8 +4,6 @@ runs, logs and registers by scan. This module's stack keeps its objects in an S3
 
 from __future__ import annotations
 
-import http.server
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from forge_cli.samples import shapes
 from forge_common.settings import CommonSettings
 from forge_common.storage import open_store
 
+from ..conftest import serving
 from .conftest import Stack, running_stack, upload_folder
 
 pytestmark = pytest.mark.slow
@@ -41,12 +40,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("scripts")
     (folder / "minimal.py").write_bytes(MINIMAL)
     (folder / "no_sdk.py").write_bytes(NO_SDK)
-    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(folder), **k)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(folder) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ import asyncpg
 import httpx
 import pytest
 
+from ..conftest import serving
 from .conftest import tar_of, upload
 
 SCRIPT = b"import forge_sdk\nwith forge_sdk.init() as run:\n    run.log('hello')\n"
@@ -47,12 +46,8 @@ def script_server(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "train.py").write_bytes(SCRIPT)
     (tmp_path / "big.py").write_bytes(b"#" * 2_000_000)
     (tmp_path / "broken.py").write_bytes(b"def (:\n")
-    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **k)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(tmp_path) as url:
+        yield url
 
 
 async def test_a_profile_round_trips_and_lists_next_to_the_builtins(api: httpx.AsyncClient) -> None:

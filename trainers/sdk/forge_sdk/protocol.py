@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 PREFIX = "@@forge "
@@ -112,7 +112,8 @@ Record = Start | Step | Epoch | Artifact | Outcome
 
 
 def to_json(record: Record) -> str:
-    return json.dumps(asdict(record), separators=(",", ":"), allow_nan=False)
+    # vars(), not asdict(): records hold only plain values, and this runs on every training step
+    return json.dumps(vars(record), separators=(",", ":"), allow_nan=False)
 
 
 def format_line(record: Record) -> str:

@@ -106,6 +106,7 @@ class Run:
         self.outcome: protocol.Outcome | None = None
         self._history_restored = False
         self._history = self.work_dir / HISTORY
+        self._history_fh: TextIO | None = None
         if not self._history.exists():
             self._history.touch()
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
@@ -162,13 +163,26 @@ class Run:
             self._out.flush()
 
     def _emit(self, record: protocol.Record) -> None:
-        line = protocol.format_line(record)
+        text = protocol.to_json(record)  # serialised once for stdout and the history
         with self._lock:
-            self._out.write(line + "\n")
-            self._out.flush()
+            self._out.write(protocol.PREFIX + text + "\n")
+            self._out.flush()  # live curves: the relay sees the line now
             if record.kind in ("step", "epoch"):
-                with open(self._history, "a", encoding="utf-8") as fh:
-                    fh.write(protocol.to_json(record) + "\n")
+                if self._history_fh is None:
+                    self._history_fh = open(self._history, "a", encoding="utf-8")  # noqa: SIM115 (kept open: per-step cost)
+                self._history_fh.write(text + "\n")
+
+    def _sync_history(self) -> None:
+        """Flush the history file before it is read or uploaded."""
+        with self._lock:
+            if self._history_fh is not None:
+                self._history_fh.flush()
+
+    def _close_history(self) -> None:
+        with self._lock:
+            if self._history_fh is not None:
+                self._history_fh.close()
+                self._history_fh = None
 
     # -- progress --------------------------------------------------------------------------------
 
@@ -218,6 +232,7 @@ class Run:
                 checkpoint_uri=checkpoint_uri,
             )
         )
+        self._sync_history()
         self.output.put_file(HISTORY, self._history)
 
     # -- files -----------------------------------------------------------------------------------
@@ -292,6 +307,7 @@ class Run:
             raise TrainerError("bad_config", f"cannot resume: no checkpoint {source.uri_of(CHECKPOINTS + '/' + name)} ({exc})") from None
         self.output.put_file(f"{CHECKPOINTS}/{name}", target)  # the new attempt's outputs are complete
         if not self._history_restored and source.exists(HISTORY):
+            self._close_history()
             self._history.write_bytes(source.get_bytes(HISTORY))
             self._history_restored = True
         return target
@@ -300,6 +316,7 @@ class Run:
         """Drop history records after ``completed_epoch`` (the partial epoch an interruption cut)."""
         self.start_epoch = completed_epoch
         self.epochs_completed = completed_epoch
+        self._close_history()
         kept = []
         for line in self._history.read_text(encoding="utf-8").splitlines():
             try:
@@ -332,6 +349,7 @@ class Run:
             removed = self.output.delete_all()
             self.log(f"canceled before the first completed epoch: removed {removed} output object(s)")
             return self._end(protocol.Outcome(state="canceled", epochs_completed=0))
+        self._close_history()
         if self._history.exists() and state in ("succeeded", "stopped"):
             self.output.put_file(HISTORY, self._history)
         message = None
@@ -355,6 +373,7 @@ class Run:
 
     def _end(self, outcome: protocol.Outcome) -> protocol.Outcome:
         self._finished = True
+        self._close_history()
         self.outcome = outcome
         self._emit(outcome)
         if self.env.result_file:
