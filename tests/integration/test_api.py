@@ -137,7 +137,7 @@ async def test_invalid_jobs_get_422_naming_the_field(api: httpx.AsyncClient, sam
     p = await problem(hyperparameters={"learning_rate": 1})
     assert p["field"] == "hyperparameters.learning_rate" and "Extra inputs" in p["detail"]
     p = await problem(task="segmentation")
-    assert p["field"] == "dataset" and "task segmentation needs a coco or yolo dataset" in p["detail"]
+    assert p["field"] == "dataset" and "task segmentation needs a dataset in coco or yolo format" in p["detail"]
     p = await problem(base_model="rt-detr-tiny")
     assert p["field"] == "base_model" and "serves detection; task classification needs a base model of family timm" in p["detail"]
     p = await problem(task="painting")

@@ -58,7 +58,7 @@ async def resolve_spec(
         serves = ", ".join(version["tasks"]) or "no task"
         raise InvalidInput(
             f"dataset {body.dataset.name!r} v{body.dataset.version} is {version['format']} and serves {serves}; "
-            f"task {body.task.value} needs a {' or '.join(formats)} dataset"
+            f"task {body.task.value} needs a dataset in {' or '.join(formats)} format"
             + (" with masks or polygons" if body.task.value == "segmentation" else ""),
             field="dataset",
         )
