@@ -169,7 +169,7 @@ class Run:
             self._out.flush()  # live curves: the relay sees the line now
             if record.kind in ("step", "epoch"):
                 if self._history_fh is None:
-                    self._history_fh = open(self._history, "a", encoding="utf-8")  # noqa: SIM115 (kept open: per-step cost)
+                    self._history_fh = open(self._history, "a", encoding="utf-8")
                 self._history_fh.write(text + "\n")
 
     def _sync_history(self) -> None:
