@@ -144,3 +144,66 @@ async def test_a_missing_output_file_is_waited_for(pool: asyncpg.Pool, js: Any, 
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT text FROM log_lines WHERE job_id = $1", job_id) == "finally"
     await relay.close()
+
+
+async def test_a_failing_bus_or_database_repeats_the_step_exactly(
+    pool: asyncpg.Pool, js: Any, common_settings: CommonSettings, tmp_path: Path
+) -> None:
+    subjects = Subjects(common_settings.bus_prefix)
+    relay = LogRelay(pool, js, subjects, LogRelaySettings(poll_seconds=0.01))
+    job_id, log = uuid.uuid4(), tmp_path / "output.log"
+    log.write_text("".join(x + "\n" for x in lines_for(1)))
+    from forge_log_relay.service import Follower, source_for
+
+    follower = Follower(relay, job_id, 1, source_for(log.as_uri()), offset=0, line_no=0)
+    from forge_common import bus as bus_module
+
+    real = bus_module.publish
+    calls = {"n": 0}
+
+    async def flaky(*args: Any, **kwargs: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ConnectionError("nats restarting")
+        return await real(*args, **kwargs)
+
+    bus_module.publish = flaky  # type: ignore[assignment]
+    try:
+        try:
+            await follower.step(final=True)
+        except ConnectionError:
+            pass
+        assert (follower.offset, follower.line_no) == (0, 0)  # nothing moved
+        assert await follower.step(final=True)
+    finally:
+        bus_module.publish = real  # type: ignore[assignment]
+    async with pool.acquire() as conn:
+        numbers = [r["line_no"] for r in await conn.fetch("SELECT line_no FROM log_lines WHERE job_id = $1 ORDER BY line_no", job_id)]
+    assert numbers == [1, 5]  # "starting" and "epoch 1 done", numbered once
+    steps = [decode(m.data) for m in await collect(js, subjects.job(job_id, "metrics"), 3)]
+    info = await js.stream_info(subjects.jobs_stream, subjects_filter=subjects.job(job_id, "metrics"))
+    assert info.state.subjects == {subjects.job(job_id, "metrics"): 3} and [s.data.step for s in steps] == [1, 2, 3]
+
+
+async def test_unusable_records_and_newline_floods_do_not_stall_the_relay(
+    pool: asyncpg.Pool, js: Any, common_settings: CommonSettings, tmp_path: Path
+) -> None:
+    subjects = Subjects(common_settings.bus_prefix)
+    relay = LogRelay(pool, js, subjects, LogRelaySettings(poll_seconds=0.01))
+    job_id, log = uuid.uuid4(), tmp_path / "output.log"
+    flood = "x" * (1 << 20) + "\r"
+    weird = '@@forge {"kind":"step","step":1,"epoch":1,"metrics":{"loss":1},"t":1e300}'
+    log.write_text(f"before\n{weird}\n{flood}\nafter\n")
+    await relay.follow(job_id, 1, log.as_uri(), finished=True)
+
+    async def done() -> bool:
+        async with pool.acquire() as conn:
+            return bool(await conn.fetchval("SELECT done FROM log_cursors WHERE job_id = $1", job_id))
+
+    await wait_for(done, timeout=20)
+    async with pool.acquire() as conn:
+        texts = [r["text"] for r in await conn.fetch("SELECT text FROM log_lines WHERE job_id = $1 ORDER BY line_no", job_id)]
+        steps = await conn.fetchval("SELECT count(*) FROM metric_points WHERE job_id = $1", job_id)
+    assert texts[0] == "before" and texts[-1] == "after" and steps == 1  # the odd timestamp is replaced, the step kept
+    assert any(len(t) == LogRelaySettings().max_line_bytes for t in texts)  # the flood, cut to a line
+    await relay.close()

@@ -21,7 +21,8 @@ def register(broker: NatsBroker, subjects: Subjects, relay: LogRelay) -> None:
         d = event.data
         if d.state is JobState.RUNNING and d.log_uri:
             await relay.follow(d.job_id, d.attempt, d.log_uri)
-        elif d.state in TERMINAL and d.attempt > 0:
+        elif d.attempt > 0 and (d.state in TERMINAL or (d.previous_state is JobState.RUNNING and d.state is JobState.QUEUED)):
+            # the attempt ended (or was retried): read the rest of its output, then stop following
             await relay.finish(d.job_id, d.attempt, d.log_uri)
 
 

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = "/forge/log-relay"
 READ_LIMIT = 1 << 20  # bytes read per pass
+MAX_EVENT_BYTES = 512 * 1024  # well below NATS's default 1 MiB payload
 
 
 class Source(Protocol):
@@ -96,27 +97,45 @@ class LineParser:
         self._pending: list[LogLine] = []
 
     def _flush_lines(self, batch: Batch) -> None:
-        for i in range(0, len(self._pending), self.batch_lines):
-            chunk = self._pending[i : i + self.batch_lines]
-            event = LogLines.of(
-                LogLinesData(job_id=self.job_id, attempt=self.attempt, lines=chunk),
-                source=SOURCE,
-                id=stable_id(self.job_id, self.attempt, "logs", chunk[0].line_no),
-            )
-            batch.events.append(event)
+        """The pending plain lines as logs events, each below the bus's payload limit."""
+        chunk: list[LogLine] = []
+        size = 0
+        for line in self._pending:
+            cost = len(line.text.encode()) * 2 + 64  # JSON escaping can double a line
+            if chunk and (len(chunk) >= self.batch_lines or size + cost > MAX_EVENT_BYTES):
+                batch.events.append(self._lines_event(chunk))
+                chunk, size = [], 0
+            chunk.append(line)
+            size += cost
+        if chunk:
+            batch.events.append(self._lines_event(chunk))
         self._pending = []
+
+    def _lines_event(self, chunk: list[LogLine]) -> LogLines:
+        return LogLines.of(
+            LogLinesData(job_id=self.job_id, attempt=self.attempt, lines=chunk),
+            source=SOURCE,
+            id=stable_id(self.job_id, self.attempt, "logs", chunk[0].line_no),
+        )
 
     def feed(self, batch: Batch, line_no: int, raw: bytes, now: datetime) -> None:
         text = raw[: self.max_line_bytes].decode("utf-8", errors="replace").rstrip("\r")
         record = protocol.parse_line(text)
-        if record is None:
-            self._pending.append(LogLine(line_no=line_no, ts=now, text=text))
-            batch.lines.append((line_no, now, text))
-            return
-        self._flush_lines(batch)
-        at = datetime.fromtimestamp(record.t, UTC)
+        if record is not None:
+            try:
+                self._record(batch, line_no, record, now)
+                return
+            except (ValueError, OverflowError, OSError) as exc:  # a record no event can carry: keep it as text
+                log.warning("job %s: line %d is not a usable progress record (%s); kept as a log line", self.job_id, line_no, exc)
+        self._pending.append(LogLine(line_no=line_no, ts=now, text=text))
+        batch.lines.append((line_no, now, text))
+
+    def _record(self, batch: Batch, line_no: int, record: protocol.Record, now: datetime) -> None:
+        at = datetime.fromtimestamp(record.t, UTC) if 0 < record.t < 32503680000 else now  # before year 3000
+        events: list[Any] = []
+        points: list[tuple[str, int, int, str, float, datetime]] = []
         if isinstance(record, protocol.Step):
-            batch.events.append(
+            events.append(
                 MetricsReported.of(
                     MetricsReportedData(
                         job_id=self.job_id,
@@ -125,15 +144,15 @@ class LineParser:
                         epoch=record.epoch,
                         metrics=record.metrics,
                         progress=record.progress,
-                        reported_at=record.t,
+                        reported_at=at.timestamp(),
                     ),
                     source=SOURCE,
                     id=stable_id(self.job_id, self.attempt, "step", line_no),
                 )
             )
-            batch.points.extend(("step", record.step, record.epoch, k, v, at) for k, v in record.metrics.items())
+            points.extend(("step", record.step, record.epoch, k, v, at) for k, v in record.metrics.items())
         elif isinstance(record, protocol.Epoch):
-            batch.events.append(
+            events.append(
                 EpochCompleted.of(
                     EpochCompletedData(
                         job_id=self.job_id,
@@ -149,7 +168,12 @@ class LineParser:
                     id=stable_id(self.job_id, self.attempt, "epoch", record.epoch),
                 )
             )
-            batch.points.extend(("epoch", record.epoch, record.epoch, k, v, at) for k, v in record.metrics.items())
+            points.extend(("epoch", record.epoch, record.epoch, k, v, at) for k, v in record.metrics.items())
+        if any(len(bus.encode(e)) > MAX_EVENT_BYTES for e in events):
+            raise ValueError("the record is too large for one event")
+        self._flush_lines(batch)  # keep the order: the plain lines before this record
+        batch.events.extend(events)
+        batch.points.extend(points)
 
     def end(self, batch: Batch) -> None:
         self._flush_lines(batch)
@@ -173,14 +197,17 @@ class Follower:
         self.offset = offset
         self.line_no = line_no
         self.finishing = asyncio.Event()
-        self.parser = LineParser(job_id, attempt, batch_lines=relay.settings.batch_lines, max_line_bytes=relay.settings.max_line_bytes)
 
     async def step(self, final: bool) -> bool:
         """Read and relay what is new; returns whether anything was. While the trainer runs only
-        complete lines are taken; once it has exited an unterminated last line counts too."""
+        complete lines are taken; once it has exited an unterminated last line counts too. The
+        read position moves only after the events are published and the rows saved, so a failed
+        step is repeated exactly (same line numbers, same event ids)."""
         data = await asyncio.to_thread(self.source.read, self.offset, READ_LIMIT)
         at_end = final and len(data) < READ_LIMIT
         end = len(data) if at_end else data.rfind(b"\n") + 1
+        if end == 0 and len(data) >= READ_LIMIT:
+            end = len(data)  # a flood with no newline (progress bars drawn with \r): cut it as a line
         if end == 0:
             return False
         chunk = data[:end]
@@ -189,13 +216,16 @@ class Follower:
             lines.pop()
         now = datetime.now(UTC)
         batch = Batch()
+        parser = LineParser(
+            self.job_id, self.attempt, batch_lines=self.relay.settings.batch_lines, max_line_bytes=self.relay.settings.max_line_bytes
+        )
+        line_no = self.line_no
         for raw in lines:
-            self.line_no += 1
-            self.parser.feed(batch, self.line_no, raw, now)
-        self.parser.end(batch)
+            line_no += 1
+            parser.feed(batch, line_no, raw, now)
+        parser.end(batch)
         for event in batch.events:
             await bus.publish(self.relay.js, self.relay.subjects, event)
-        self.offset += end
         async with self.relay.pool.acquire() as conn:
             await repo.save_batch(
                 conn,
@@ -203,10 +233,12 @@ class Follower:
                 self.attempt,
                 lines=batch.lines,
                 points=batch.points,
-                byte_offset=self.offset,
-                line_no=self.line_no,
+                byte_offset=self.offset + end,
+                line_no=line_no,
                 done=False,
             )
+        self.offset += end
+        self.line_no = line_no
         return True
 
     async def run(self) -> None:
@@ -218,26 +250,29 @@ class Follower:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("job %s attempt %d: reading output failed; retrying", self.job_id, self.attempt)
-                progressed = False
+                log.exception("job %s attempt %d: relaying output failed; retrying", self.job_id, self.attempt)
                 await asyncio.sleep(1.0)
+                continue  # the end is only concluded from a step that worked and found nothing
             if final and not progressed:
-                # one more pass saw nothing new: the output has been read to its end
-                eof = LogLines.of(
-                    LogLinesData(job_id=self.job_id, attempt=self.attempt, lines=[], eof=True),
-                    source=SOURCE,
-                    id=stable_id(self.job_id, self.attempt, "logs", "eof"),
-                )
-                await bus.publish(self.relay.js, self.relay.subjects, eof)
-                async with self.relay.pool.acquire() as conn:
-                    await repo.save_batch(
-                        conn, self.job_id, self.attempt, lines=[], points=[], byte_offset=self.offset, line_no=self.line_no, done=True
-                    )
-                log.info("job %s attempt %d: output read to the end (%d lines)", self.job_id, self.attempt, self.line_no)
+                await self._finish()
                 return
             if not progressed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.finishing.wait(), poll)
+
+    async def _finish(self) -> None:
+        """The output has been read to its end: say so, and remember it."""
+        eof = LogLines.of(
+            LogLinesData(job_id=self.job_id, attempt=self.attempt, lines=[], eof=True),
+            source=SOURCE,
+            id=stable_id(self.job_id, self.attempt, "logs", "eof"),
+        )
+        await bus.publish(self.relay.js, self.relay.subjects, eof)
+        async with self.relay.pool.acquire() as conn:
+            await repo.save_batch(
+                conn, self.job_id, self.attempt, lines=[], points=[], byte_offset=self.offset, line_no=self.line_no, done=True
+            )
+        log.info("job %s attempt %d: output read to the end (%d lines)", self.job_id, self.attempt, self.line_no)
 
 
 class LogRelay:
