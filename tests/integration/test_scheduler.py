@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -25,8 +26,8 @@ from .helpers import insert_job
 
 TRAINER = """
 import os, sys, time, forge_sdk
-epochs = int(os.environ.get("EPOCHS", "2"))
-step_seconds = float(os.environ.get("STEP_SECONDS", "0.01"))
+epochs = EPOCHS
+step_seconds = STEP_SECONDS
 with forge_sdk.init() as run:
     run.start(epochs, steps_per_epoch=5)
     step = 0
@@ -40,6 +41,8 @@ with forge_sdk.init() as run:
         if run.should_stop():
             break
         best = run.output.put_bytes("model.pt", b"weights")
+        with run.checkpoint("last.pt") as path:
+            path.write_bytes(b"state")
         run.epoch_completed(epoch, {"acc": epoch / epochs}, is_best=True)
 """
 
@@ -51,8 +54,13 @@ time.sleep(120)
 """
 
 
+def trainer(epochs: int = 2, step_seconds: float = 0.01) -> str:
+    """The SDK trainer with its pacing baked in (the scheduler passes no stray environment on)."""
+    return TRAINER.replace("EPOCHS", str(epochs)).replace("STEP_SECONDS", str(step_seconds))
+
+
 class ScriptScheduler(Scheduler):
-    script = TRAINER
+    script = trainer()
 
     def command_for(self, job: asyncpg.Record) -> list[str]:
         return [sys.executable, "-c", self.script]
@@ -60,7 +68,7 @@ class ScriptScheduler(Scheduler):
 
 @pytest.fixture
 def make_scheduler(pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path: Path) -> Any:
-    def make(script: str = TRAINER, **settings: Any) -> ScriptScheduler:
+    def make(script: str | None = None, **settings: Any) -> ScriptScheduler:
         s = ScriptScheduler(
             pool,
             open_store(common_settings),
@@ -69,7 +77,7 @@ def make_scheduler(pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path
             SchedulerSettings(**{"poll_seconds": 0.05, **settings}),
             common_settings,
         )
-        s.script = script
+        s.script = script or trainer()
         return s
 
     return make
@@ -140,27 +148,21 @@ async def test_stop_while_queued_cancels_at_once(make_scheduler: Any, pool: asyn
 
 
 async def test_stop_after_an_epoch_keeps_the_run_stopped(make_scheduler: Any, pool: asyncpg.Pool) -> None:
-    import os
-
-    os.environ["STEP_SECONDS"], os.environ["EPOCHS"] = "0.05", "50"
-    try:
-        scheduler = make_scheduler()
-        job = await queued_job(pool)
-        await scheduler.admit()
-        async with pool.acquire() as conn:
-            attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
-        log = Path(attempt["run_ref"]) / "output.log"
-        async with asyncio.timeout(30):
-            while '"kind":"epoch"' not in log.read_text():
-                await asyncio.sleep(0.05)
-        await scheduler.record_epoch(
-            EpochCompleted.of(EpochCompletedData(job_id=job, epoch=1, total_epochs=50, metrics={"acc": 0.02}, is_best=True), source="test")
-        )
-        await scheduler.request_stop(job)
-        row = await run_until(scheduler, pool, job, {"stopped", "canceled", "failed"})
-        assert row["state"] == "stopped" and row["epochs_completed"] >= 1
-    finally:
-        del os.environ["STEP_SECONDS"], os.environ["EPOCHS"]
+    scheduler = make_scheduler(script=trainer(epochs=50, step_seconds=0.05))
+    job = await queued_job(pool)
+    await scheduler.admit()
+    async with pool.acquire() as conn:
+        attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
+    log = Path(attempt["run_ref"]) / "output.log"
+    async with asyncio.timeout(30):
+        while '"kind":"epoch"' not in log.read_text():
+            await asyncio.sleep(0.05)
+    await scheduler.record_epoch(
+        EpochCompleted.of(EpochCompletedData(job_id=job, epoch=1, total_epochs=50, metrics={"acc": 0.02}, is_best=True), source="test")
+    )
+    await scheduler.request_stop(job)
+    row = await run_until(scheduler, pool, job, {"stopped", "canceled", "failed"})
+    assert row["state"] == "stopped" and row["epochs_completed"] >= 1
 
 
 async def test_a_trainer_that_ignores_stop_is_killed_at_the_deadline(make_scheduler: Any, pool: asyncpg.Pool) -> None:
@@ -192,18 +194,12 @@ async def test_a_crash_fails_with_the_exit_code_and_last_error(make_scheduler: A
 
 
 async def test_a_restarted_scheduler_reattaches_to_a_running_trainer(make_scheduler: Any, pool: asyncpg.Pool) -> None:
-    import os
-
-    os.environ["STEP_SECONDS"] = "0.05"
-    try:
-        first = make_scheduler()
-        job = await queued_job(pool)
-        await first.admit()
-        second = make_scheduler()  # a new process knows only what the database says
-        row = await run_until(second, pool, job, {"succeeded", "failed"})
-        assert row["state"] == "succeeded"
-    finally:
-        del os.environ["STEP_SECONDS"]
+    first = make_scheduler(script=trainer(step_seconds=0.05))
+    job = await queued_job(pool)
+    await first.admit()
+    second = make_scheduler(script=trainer(step_seconds=0.05))  # a new process knows only what the database says
+    row = await run_until(second, pool, job, {"succeeded", "failed"})
+    assert row["state"] == "succeeded"
 
 
 async def test_higher_priority_first_then_first_come_first_served(make_scheduler: Any, pool: asyncpg.Pool) -> None:
@@ -247,39 +243,35 @@ async def test_an_interrupted_attempt_is_retried_from_its_checkpoint_once(make_s
     import os
     import signal as sig
 
-    os.environ["STEP_SECONDS"], os.environ["EPOCHS"] = "0.05", "40"
-    try:
-        scheduler = make_scheduler(max_retries=1)
-        job = await queued_job(pool)
-        for attempt in (1, 2):
+    scheduler = make_scheduler(script=trainer(epochs=40, step_seconds=0.05), max_retries=1)
+    job = await queued_job(pool)
+    for attempt in (1, 2):
+        async with asyncio.timeout(30):
+            while True:
+                await scheduler.admit()
+                async with pool.acquire() as conn:
+                    a = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = $2", job, attempt)
+                if a is not None and a["pid"] is not None:
+                    break
+                await asyncio.sleep(0.05)
+        log = Path(a["run_ref"]) / "output.log"
+        async with asyncio.timeout(30):
+            while '"kind":"epoch"' not in log.read_text():
+                await asyncio.sleep(0.05)
+        os.killpg(a["pid"], sig.SIGKILL)  # the machine "goes down": trainer and launcher die
+        if attempt == 1:  # retried: queued again, and admitted at once into the freed slot
+            row = await run_until(scheduler, pool, job, {"running", "failed"}, timeout=30)
             async with asyncio.timeout(30):
-                while True:
-                    await scheduler.admit()
-                    async with pool.acquire() as conn:
-                        a = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = $2", job, attempt)
-                    if a is not None and a["pid"] is not None:
-                        break
-                    await asyncio.sleep(0.05)
-            log = Path(a["run_ref"]) / "output.log"
-            async with asyncio.timeout(30):
-                while '"kind":"epoch"' not in log.read_text():
-                    await asyncio.sleep(0.05)
-            os.killpg(a["pid"], sig.SIGKILL)  # the machine "goes down": trainer and launcher die
-            if attempt == 1:  # retried: queued again, and admitted at once into the freed slot
-                row = await run_until(scheduler, pool, job, {"running", "failed"}, timeout=30)
-                async with asyncio.timeout(30):
-                    while (row := await state_of(pool, job))["attempt"] != 2:
-                        await scheduler.check_running()
-                assert row["state"] in ("queued", "running") and row["resume_from"] == a["output_uri"]
-            else:
-                row = await run_until(scheduler, pool, job, {"failed"}, timeout=30)
-        assert row["error"]["reason"] == "interrupted"
-        async with pool.acquire() as conn:
-            attempts = await conn.fetch("SELECT attempt, retried, resume_from FROM attempts WHERE job_id = $1 ORDER BY attempt", job)
-        assert [(r["attempt"], r["retried"]) for r in attempts] == [(1, True), (2, False)]
-        assert attempts[1]["resume_from"] is not None
-    finally:
-        del os.environ["STEP_SECONDS"], os.environ["EPOCHS"]
+                while (row := await state_of(pool, job))["attempt"] != 2:
+                    await scheduler.check_running()
+            assert row["state"] in ("queued", "running") and row["resume_from"] == a["output_uri"]
+        else:
+            row = await run_until(scheduler, pool, job, {"failed"}, timeout=30)
+    assert row["error"]["reason"] == "interrupted"
+    async with pool.acquire() as conn:
+        attempts = await conn.fetch("SELECT attempt, retried, resume_from FROM attempts WHERE job_id = $1 ORDER BY attempt", job)
+    assert [(r["attempt"], r["retried"]) for r in attempts] == [(1, True), (2, False)]
+    assert attempts[1]["resume_from"] is not None
 
 
 async def test_a_stopped_job_resumes_as_a_new_attempt_from_its_last_checkpoint(
@@ -299,3 +291,50 @@ async def test_a_stopped_job_resumes_as_a_new_attempt_from_its_last_checkpoint(
     second = await run_until(scheduler, pool, job, {"succeeded"})
     assert second["attempt"] == 2 and second["resume_from"] == first["output_uri"]
     assert not await scheduler.resume(job)  # a succeeded job has nothing to resume
+
+
+async def test_an_attempt_interrupted_before_any_checkpoint_is_retried_from_the_start(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    import os
+    import signal as sig
+
+    scheduler = make_scheduler(script=STUBBORN, max_retries=1)
+    job = await queued_job(pool)
+    await scheduler.admit()
+    async with pool.acquire() as conn:
+        a = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = 1", job)
+    async with asyncio.timeout(20):
+        while "started" not in (Path(a["run_ref"]) / "output.log").read_text():
+            await asyncio.sleep(0.05)
+    os.killpg(a["pid"], sig.SIGKILL)
+    async with asyncio.timeout(30):
+        while (row := await state_of(pool, job))["attempt"] != 2:
+            await scheduler.check_running()
+    assert row["resume_from"] is None  # nothing to resume from: a fresh start, not a failing resume
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT resume_from FROM attempts WHERE job_id = $1 AND attempt = 2", job) is None
+    async with pool.acquire() as conn:
+        a2 = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = 2", job)
+    await scheduler.executor.kill(scheduler._handle(a2))
+
+
+ENV_PROBE = """
+import json, os, pathlib
+pathlib.Path(os.environ["FORGE_RESULT_FILE"]).with_name("env.json").write_text(json.dumps(sorted(os.environ)))
+"""
+
+
+async def test_a_local_trainer_inherits_no_service_settings_or_secrets(
+    make_scheduler: Any, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("DATABASE_URL", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "FORGE_API_TOKEN"):
+        monkeypatch.setenv(key, "secret")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    scheduler = make_scheduler(script=ENV_PROBE)
+    job = await queued_job(pool)
+    await scheduler.admit()
+    await run_until(scheduler, pool, job, {"succeeded", "failed"})
+    async with pool.acquire() as conn:
+        attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
+    seen = set(json.loads((Path(attempt["run_ref"]) / "env.json").read_text()))
+    assert not seen & {"DATABASE_URL", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "FORGE_API_TOKEN"}
+    assert {"PATH", "HF_HUB_OFFLINE", "FORGE_JOB_ID"} <= seen

@@ -90,6 +90,10 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"image": "registry.example/team/my-trainer:7", "accelerator": "nvidia", "command": []},
         {"kube_image_pull_secret": "regcred", "kube_service_account": "forge-trainer", "kube_memory_limit": "12Gi"},
     ),
+    "custom-image-with-the-jobs-own-pull-secret": (
+        {"image": "private.example/team/trainer:1", "command": [], "image_pull_secret": "team-registry"},
+        {"kube_image_pull_secret": "regcred"},
+    ),
 }
 
 
@@ -163,7 +167,8 @@ def test_the_image_is_the_profiles_or_the_custom_one(case: tuple[LaunchSpec, Sch
     else:
         assert "command" not in container_of(doc), "a custom image without a command runs its own entrypoint"
     if sett.kube_image_pull_secret:
-        assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+        expected_secrets = [{"name": "regcred"}] + ([{"name": s.image_pull_secret}] if s.image_pull_secret else [])
+        assert pod["imagePullSecrets"] == expected_secrets
     else:
         assert "imagePullSecrets" not in pod
     assert pod["automountServiceAccountToken"] is False

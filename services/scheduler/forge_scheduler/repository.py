@@ -133,8 +133,10 @@ async def open_attempts(conn: asyncpg.Connection, executor: str) -> list[asyncpg
     )
 
 
-async def get_attempt(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int) -> asyncpg.Record | None:
-    return await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 AND attempt = $2", job_id, attempt)
+async def get_attempt(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, *, lock: bool = False) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT * FROM attempts WHERE job_id = $1 AND attempt = $2" + (" FOR UPDATE" if lock else ""), job_id, attempt
+    )
 
 
 async def mark_stop(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, kill_after: datetime) -> asyncpg.Record | None:

@@ -43,7 +43,30 @@ log = logging.getLogger(__name__)
 SOURCE = "/forge/scheduler"
 PRODUCER = "scheduler"
 # Failures of the platform, not of the training: worth another attempt (from the last checkpoint).
-RETRYABLE = frozenset({"interrupted", "node_lost"})
+RETRYABLE = frozenset({"interrupted", "node_lost", "launch_failed"})
+
+
+# What a trainer process inherits from the scheduler's environment (local executor).
+PROCESS_ENV = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "TMPDIR",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+    }
+)
+# Accelerator runtimes, and the model libraries' caches and offline switches.
+DEVICE_ENV_PREFIXES = ("CUDA_", "NVIDIA_", "ROCR_", "HIP_", "HSA_", "ZE_", "ONEAPI_", "SYCL_", "HF_", "TRANSFORMERS_", "TORCH_", "PYTORCH_")
 
 
 # ---- the pure part: how a trainer's exit becomes the job's final state -----------------------
@@ -73,6 +96,7 @@ HINTS = {
     "unschedulable": "no node can take this job's resources now; pick another profile or ask for fewer devices",
     "deadline_exceeded": "raise the job's time_limit_seconds, or train for fewer epochs",
     "interrupted": "its checkpoints are kept: resume it",
+    "launch_failed": "the executor could not start the trainer; check the scheduler's log and the cluster, then resume it",
 }
 
 
@@ -129,7 +153,7 @@ def decide_outcome(
             exit_status.error,
             hint_for(reason) if exit_status.reason else "check the trainer command and image",
         )
-    if exit_status.reason in ("image_pull", "unschedulable", "node_lost"):
+    if exit_status.reason in ("image_pull", "unschedulable", "node_lost", "launch_failed"):
         return Decision(
             JobState.FAILED, epochs, exit_status.reason, last_error or exit_status.reason.replace("_", " "), hint_for(exit_status.reason)
         )
@@ -230,7 +254,16 @@ class Scheduler:
                         started.append(await self._start(conn, job))
                         free -= need
             for job in started:
-                await self._launch(job)
+                try:
+                    await self._launch(job)
+                except Exception as exc:  # one job's launch never strands the others
+                    log.exception("job %s: launching failed", job["id"])
+                    await self.finalize(
+                        job["id"],
+                        job["attempt"],
+                        ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}", reason="launch_failed"),
+                        Handle(""),
+                    )
             return [job["id"] for job in started]
 
     async def _start(self, conn: asyncpg.Connection, job: asyncpg.Record) -> asyncpg.Record:
@@ -302,8 +335,9 @@ class Scheduler:
             trainer.update(FORGE_SCRIPT_URI=script["stored_uri"], FORGE_SCRIPT_SHA256=script["sha256"])
         if self.executor.name != "local":
             return trainer
-        # The trainer gets what its job needs and none of the services' settings or secrets.
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("FORGE_", "S3_"))}
+        # The trainer gets what its job needs and what a process needs to run — an allowlist, so
+        # none of the services' settings or credentials (database, cloud, tokens) leak into it.
+        base = {k: v for k, v in os.environ.items() if k in PROCESS_ENV or k.startswith(DEVICE_ENV_PREFIXES)}
         return {**base, "PYTHONUNBUFFERED": "1", **trainer}
 
     async def _launch(self, job: asyncpg.Record) -> None:
@@ -320,6 +354,7 @@ class Scheduler:
             accelerator=job["accelerator"],
             devices=int(job["spec"].get("devices", 1)),
             image=job["spec"].get("custom_image"),
+            image_pull_secret=job["spec"].get("image_pull_secret"),
             time_limit_seconds=job["spec"].get("time_limit_seconds"),
             stop_grace_seconds=self.settings.stop_grace_seconds,
             labels={"forge.job-id": str(job["id"]), "forge.attempt": str(job["attempt"])},
@@ -419,29 +454,35 @@ class Scheduler:
             attempts = await repo.open_attempts(conn, self.executor.name)
         now = datetime.now(UTC)
         for a in attempts:
-            if a["pid"] is None and self.executor.name == "local" and (a["job_id"], a["attempt"]) not in self.handles:
-                if not await self._launched_elsewhere(a):
-                    continue  # being launched right now
-            handle = self._handle(a)
-            status = await self.executor.poll(handle)
-            if status is None:
-                if a["kill_after"] is not None and now >= a["kill_after"]:
-                    log.warning("job %s: stop deadline passed, killing the trainer", a["job_id"])
-                    await self.executor.kill(handle)
-                elif a["deadline_at"] is not None and now >= a["deadline_at"]:
-                    log.warning("job %s: time limit reached, killing the trainer", a["job_id"])
-                    await self.executor.kill(handle)
-                else:
-                    reason = await self.executor.pending_reason(handle)
-                    if reason != a["pending_reason"]:
-                        async with self.pool.acquire() as conn:
-                            await repo.set_pending_reason(conn, a["job_id"], a["attempt"], reason)
-                continue  # a killed trainer's exit is read on the next pass
-            await self.finalize(a["job_id"], a["attempt"], status, handle)
-            finished += 1
+            try:
+                finished += await self._check_attempt(a, now)
+            except Exception:
+                log.exception("job %s attempt %d: checking it failed; trying again on the next pass", a["job_id"], a["attempt"])
         if finished:
             await self.admit()
         return finished
+
+    async def _check_attempt(self, a: asyncpg.Record, now: datetime) -> int:
+        """Finish the attempt if its trainer ended (1), else enforce its deadlines (0)."""
+        if a["pid"] is None and self.executor.name == "local" and (a["job_id"], a["attempt"]) not in self.handles:
+            if not await self._launched_elsewhere(a):
+                return 0  # being launched right now
+        handle = self._handle(a)
+        status = await self.executor.poll(handle)
+        if status is None:
+            if a["kill_after"] is not None and now >= a["kill_after"]:
+                log.warning("job %s: stop deadline passed, killing the trainer", a["job_id"])
+                await self.executor.kill(handle)
+            elif a["deadline_at"] is not None and now >= a["deadline_at"]:
+                log.warning("job %s: time limit reached, killing the trainer", a["job_id"])
+                await self.executor.kill(handle)
+            else:
+                reason = await self.executor.pending_reason(handle)
+                if reason != a["pending_reason"]:
+                    async with self.pool.acquire() as conn:
+                        await repo.set_pending_reason(conn, a["job_id"], a["attempt"], reason)
+            return 0  # a killed trainer's exit is read on the next pass
+        return 1 if await self.finalize(a["job_id"], a["attempt"], status, handle) is not None else 0
 
     async def _launched_elsewhere(self, attempt: asyncpg.Record) -> bool:
         """An attempt without a pid is either being launched right now or its launch was lost."""
@@ -450,11 +491,13 @@ class Scheduler:
     async def finalize(self, job_id: uuid.UUID, attempt_no: int, status: ExitStatus, handle: Handle) -> JobState | None:
         result = await self.executor.read_result(handle)
         last_error = await self.executor.last_error(handle)
+        checkpoint = await self._last_checkpoint(job_id)  # where a retry would resume from
         retry = False
         async with self.pool.acquire() as conn, conn.transaction():
+            # the attempt row is locked: of several replicas watching it, one finishes it
+            attempt = await repo.get_attempt(conn, job_id, attempt_no, lock=True)
             job = await repo.get_job(conn, job_id)
-            attempt = await repo.get_attempt(conn, job_id, attempt_no)
-            if job is None or attempt is None or attempt["finished_at"] is not None:
+            if job is None or attempt is None or attempt["finished_at"] is not None or job["attempt"] != attempt_no:
                 return None
             if attempt["deadline_at"] is not None and datetime.now(UTC) >= attempt["deadline_at"] and status.returncode != 0:
                 status = replace(status, reason="deadline_exceeded")
@@ -471,19 +514,15 @@ class Scheduler:
             with telemetry.span("scheduler.finish", traceparent=job["traceparent"], job_id=job_id, state=decision.state.value):
                 if retry:
                     row = await repo.transition(
-                        conn,
-                        job_id,
-                        JobState.QUEUED,
-                        from_states=[JobState.RUNNING],
-                        queued_at=datetime.now(UTC),
-                        resume_from=attempt["output_uri"],
+                        conn, job_id, JobState.QUEUED, from_states=[JobState.RUNNING], queued_at=datetime.now(UTC), resume_from=checkpoint
                     )
+                    whence = "from the last checkpoint" if checkpoint else "from the start (no checkpoint yet)"
                     await self._status(
                         conn,
                         row,
                         JobState.RUNNING,
                         reason=decision.reason,
-                        message=f"{decision.message}; retrying from the last checkpoint ({retries_used + 1}/{self.settings.max_retries})",
+                        message=f"{decision.message}; retrying {whence} ({retries_used + 1}/{self.settings.max_retries})",
                         log_uri=attempt["log_uri"],
                     )
                 else:

@@ -20,10 +20,11 @@ class LaunchSpec:
     attempt: int
     run_ref: str
     command: list[str]  # the trainer's command line (inside the trainer image on Kubernetes)
-    env: dict[str, str]  # the trainer's environment, without object-storage secrets
+    env: dict[str, str]  # the trainer's environment (object-storage keys only for local processes)
     accelerator: str = "cpu"  # the profile name (forge_common.accelerators.PROFILES)
     devices: int = 1  # accelerators per attempt (ignored for cpu)
     image: str | None = None  # a custom trainer image (Kubernetes); None: the built-in image
+    image_pull_secret: str | None = None  # the Kubernetes Secret to pull a custom image with
     time_limit_seconds: int | None = None  # after this the attempt fails as deadline_exceeded
     stop_grace_seconds: float = 60.0  # how long a stopped trainer may take to save and exit
     labels: dict[str, str] = field(default_factory=dict)

@@ -214,7 +214,8 @@ def _container(spec: LaunchSpec, settings: SchedulerSettings, profile: Profile) 
 def _pod_spec(spec: LaunchSpec, settings: SchedulerSettings, profile: Profile) -> V1PodSpec:
     from kubernetes.client import V1EmptyDirVolumeSource, V1LocalObjectReference, V1PodSpec, V1Volume
 
-    pull = [V1LocalObjectReference(name=settings.kube_image_pull_secret)] if settings.kube_image_pull_secret else None
+    secrets = [name for name in (settings.kube_image_pull_secret, spec.image_pull_secret) if name]
+    pull = [V1LocalObjectReference(name=name) for name in dict.fromkeys(secrets)] or None
     return V1PodSpec(
         containers=[_container(spec, settings, profile)],
         restart_policy="Never",
