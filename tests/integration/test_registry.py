@@ -55,6 +55,55 @@ async def test_a_manual_job_is_registered_on_deploy_once(api: httpx.AsyncClient,
         await pool.close()
 
 
+async def test_a_resumed_job_registers_its_newer_model_as_a_new_version(
+    api: httpx.AsyncClient, common_settings: CommonSettings, js: Any
+) -> None:
+    pool = await db.connect(common_settings.database_url)
+    subjects = Subjects(common_settings.bus_prefix)
+    registrar = Registrar(pool, subjects, None)
+    try:
+        async with pool.acquire() as conn:
+            job = await finished_job(conn, common_settings, "stopped")
+        assert (await registrar.on_deploy_requested(job))["version"] == 1  # type: ignore[index]
+        # resumed: attempt 2 trains on and succeeds with a better model
+        out = open_store(common_settings).location(f"jobs/{job}/2")
+        out.put_bytes("model.onnx", b"better onnx")
+        async with pool.acquire() as conn:
+            await insert_attempt(conn, job, attempt=2, log_uri="file:///tmp/none", finished=True)
+            await conn.execute("UPDATE attempts SET outcome = 'succeeded', output_uri = $2 WHERE job_id = $1 AND attempt = 2", job, out.uri)
+            await conn.execute("UPDATE jobs SET state = 'succeeded', attempt = 2 WHERE id = $1", job)
+        r = await api.post(f"/v1/jobs/{job}/deploy")
+        assert r.status_code == 202, "the version of attempt 1 must not count as attempt 2's registration"
+        await collect(js, subjects.job(job, "deploy-requested"), 1)
+        row = await registrar.on_deploy_requested(job)
+        assert row is not None and (row["version"], row["attempt"]) == (2, 2) and row["onnx_uri"] == out.uri_of("model.onnx")
+        shown = await api.get(f"/v1/jobs/{job}")
+        assert shown.json()["model"] == {"name": "model-stopped", "version": 2}
+        assert (await api.post(f"/v1/jobs/{job}/deploy")).status_code == 200
+    finally:
+        await pool.close()
+
+
+async def test_deleting_a_version_never_touches_the_same_name_in_another_project(common_settings: CommonSettings) -> None:
+    pool = await db.connect(common_settings.database_url)
+    registrar = Registrar(pool, Subjects(common_settings.bus_prefix), None)
+    try:
+        async with pool.acquire() as conn:
+            mine = await finished_job(conn, common_settings, "succeeded")
+            other_project = uuid.uuid4()
+            await conn.execute("INSERT INTO projects (id, name) VALUES ($1, $2)", other_project, f"p-{other_project}")
+            theirs = await finished_job(conn, common_settings, "succeeded")
+            await conn.execute("UPDATE jobs SET project_id = $2 WHERE id = $1", theirs, other_project)
+        assert (await registrar.on_deploy_requested(mine))["version"] == 1  # type: ignore[index]
+        assert (await registrar.on_deploy_requested(theirs))["version"] == 1  # type: ignore[index]
+        assert await registrar.delete_version(theirs, "model-succeeded", 1)
+        async with pool.acquire() as conn:
+            left = await conn.fetch("SELECT job_id FROM model_versions")
+        assert [r["job_id"] for r in left] == [mine]
+    finally:
+        await pool.close()
+
+
 async def test_deploying_a_job_without_a_model_is_refused_with_the_reason(api: httpx.AsyncClient, common_settings: CommonSettings) -> None:
     pool = await db.connect(common_settings.database_url)
     try:

@@ -286,8 +286,9 @@ async def test_a_stopped_job_resumes_as_a_new_attempt_from_its_last_checkpoint(
     key = store.key_of(first["output_uri"])
     await store.put_bytes(f"{key}/checkpoints/last.pt", b"state")
     async with pool.acquire() as conn:
-        await conn.execute("UPDATE jobs SET state = 'stopped' WHERE id = $1", job)
+        await conn.execute("UPDATE jobs SET state = 'stopped', stop_requested_at = now() WHERE id = $1", job)
     assert await scheduler.resume(job)
+    assert (await state_of(pool, job))["stop_requested_at"] is None  # the old Stop does not stop the new attempt
     second = await run_until(scheduler, pool, job, {"succeeded"})
     assert second["attempt"] == 2 and second["resume_from"] == first["output_uri"]
     assert not await scheduler.resume(job)  # a succeeded job has nothing to resume

@@ -64,9 +64,12 @@ async def deployable_attempt(conn: asyncpg.Connection, job_id: uuid.UUID) -> asy
     )
 
 
-async def delete_version(conn: asyncpg.Connection, model_name: str, version: int) -> asyncpg.Record | None:
+async def delete_version(conn: asyncpg.Connection, job_id: uuid.UUID, model_name: str, version: int) -> asyncpg.Record | None:
+    """The job pins the project: the same model name in another project is never touched."""
     return await conn.fetchrow(
-        "DELETE FROM model_versions v USING models m WHERE m.id = v.model_id AND m.name = $1 AND v.version = $2 RETURNING v.job_id",
+        "DELETE FROM model_versions v USING models m"
+        " WHERE m.id = v.model_id AND v.job_id = $1 AND m.name = $2 AND v.version = $3 RETURNING v.job_id",
+        job_id,
         model_name,
         version,
     )

@@ -122,7 +122,7 @@ class Registrar:
 
     async def delete_version(self, job_id: Any, model_name: str, version: int) -> bool:
         async with self.pool.acquire() as conn, conn.transaction():
-            row = await repo.delete_version(conn, model_name, version)
+            row = await repo.delete_version(conn, job_id, model_name, version)
             if row is None:
                 return False
             event = ModelVersionDeleted.of(

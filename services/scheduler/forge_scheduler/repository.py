@@ -26,6 +26,7 @@ _JOB_COLUMNS = frozenset(
         "best_metrics",
         "error",
         "output_uri",
+        "stop_requested_at",
     }
 )
 

@@ -411,7 +411,14 @@ class Scheduler:
                 return False
             previous = JobState(job["state"])
             row = await repo.transition(
-                conn, job_id, JobState.QUEUED, from_states=list(RESUMABLE), queued_at=datetime.now(UTC), resume_from=resume_from, error=None
+                conn,
+                job_id,
+                JobState.QUEUED,
+                from_states=list(RESUMABLE),
+                queued_at=datetime.now(UTC),
+                resume_from=resume_from,
+                error=None,
+                stop_requested_at=None,  # the earlier Stop was honoured; the new attempt runs until stopped again
             )
             await self._status(
                 conn, row, previous, message=f"resuming from {resume_from}" if resume_from else "no checkpoint: starting over"

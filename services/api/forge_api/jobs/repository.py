@@ -12,8 +12,9 @@ from forge_common.states import JobState, check_transition
 
 # a job and the model version its latest registered attempt produced
 _SELECT = (
-    "SELECT j.*, mv.model_name, mv.model_version FROM jobs j LEFT JOIN LATERAL ("
-    " SELECT m.name AS model_name, v.version AS model_version FROM model_versions v JOIN models m ON m.id = v.model_id"
+    "SELECT j.*, mv.model_name, mv.model_version, mv.model_attempt FROM jobs j LEFT JOIN LATERAL ("
+    " SELECT m.name AS model_name, v.version AS model_version, v.attempt AS model_attempt"
+    " FROM model_versions v JOIN models m ON m.id = v.model_id"
     " WHERE v.job_id = j.id ORDER BY v.attempt DESC LIMIT 1) mv ON true"
 )
 
@@ -60,6 +61,14 @@ async def queue(conn: asyncpg.Connection, job_id: uuid.UUID) -> None:
     if status != "UPDATE 1":
         current = await conn.fetchval("SELECT state FROM jobs WHERE id = $1", job_id)
         raise InvalidTransition(f"only a draft can be started; this job is {current}")
+
+
+async def latest_attempt_with_model(conn: asyncpg.Connection, job_id: uuid.UUID) -> int | None:
+    """The newest attempt that ended with a model (succeeded, or stopped after an epoch)."""
+    return await conn.fetchval(
+        "SELECT max(attempt) FROM attempts WHERE job_id = $1 AND outcome IN ('succeeded', 'stopped')",
+        job_id,
+    )
 
 
 async def request_stop(conn: asyncpg.Connection, job_id: uuid.UUID) -> bool:

@@ -293,8 +293,8 @@ async def deploy_job(conn: asyncpg.Connection, subjects: Subjects, project_id: u
             "failed": "it failed, so it produced no model to register (resume it, or fix it and run it again)",
         }.get(job["state"], f"it is {job['state']}: only a succeeded or stopped job has a model")
         raise Conflict(f"cannot deploy this job: {why}")
-    if job["model_version"] is not None:
-        return job, True
+    if job["model_attempt"] is not None and job["model_attempt"] >= (await repo.latest_attempt_with_model(conn, job_id) or 0):
+        return job, True  # a resumed job's newer model is not "already registered" by the older one
     event = DeployRequested.of(DeployRequestedData(job_id=job_id), source=SOURCE, traceparent=job["traceparent"])
     await outbox.add(conn, subjects, event, producer=PRODUCER)
     return job, False
