@@ -145,3 +145,23 @@ async def test_a_version_a_model_was_trained_on_cannot_be_deleted(
         await conn.close()
     assert (await api.get("/v1/datasets/shapes/versions/1")).status_code == 404
     assert not Path(v1["uri"].removeprefix("file://")).exists()
+
+
+async def test_a_version_a_job_still_needs_cannot_be_deleted(
+    api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings
+) -> None:
+    v1 = (await upload(api, "needed", tar_of(sample_dataset))).json()
+    conn = await asyncpg.connect(common_settings.database_url)
+    await db.init_connection(conn)
+    try:
+        version_id = await conn.fetchval("SELECT id FROM dataset_versions WHERE version = 1")
+        job = await insert_job(conn, state="stopped", name="resumable")
+        await conn.execute("UPDATE jobs SET dataset_version_id = $2 WHERE id = $1", job, version_id)
+        r = await api.delete("/v1/datasets/needed/versions/1")
+        assert r.status_code == 409
+        assert r.json()["detail"] == f"needed v1 is still needed by 1 job(s): resumable (stopped, {job}); delete or finish them first"
+        assert Path(v1["uri"].removeprefix("file://")).exists()  # nothing lost
+        await conn.execute("UPDATE jobs SET state = 'canceled' WHERE id = $1", job)
+        assert (await api.delete("/v1/datasets/needed/versions/1")).status_code == 204
+    finally:
+        await conn.close()

@@ -75,5 +75,16 @@ async def models_trained_on(conn: asyncpg.Connection, version_id: uuid.UUID) -> 
     )
 
 
+async def jobs_depending_on(conn: asyncpg.Connection, version_id: uuid.UUID) -> list[asyncpg.Record]:
+    """Jobs that still need the files: not started, training, or able to resume. Locks the
+    version row first, so a job created meanwhile (its foreign key) waits for this decision."""
+    await conn.execute("SELECT 1 FROM dataset_versions WHERE id = $1 FOR UPDATE", version_id)
+    return await conn.fetch(
+        "SELECT id, name, state FROM jobs WHERE dataset_version_id = $1"
+        " AND state IN ('draft', 'queued', 'running', 'stopped', 'failed') ORDER BY created_at",
+        version_id,
+    )
+
+
 async def delete_version(conn: asyncpg.Connection, version_id: uuid.UUID) -> None:
     await conn.execute("DELETE FROM dataset_versions WHERE id = $1", version_id)

@@ -190,7 +190,8 @@ async def _ingest(
 
 
 async def delete_version(services: Services, project_id: uuid.UUID, name: str, version: int) -> None:
-    """Only while no model was trained on it: a model's lineage must stay readable."""
+    """Only while no model was trained on it (a model's lineage must stay readable) and no job
+    still needs it (a draft, a queued or running job, or one that can be resumed)."""
     async with services.pool.acquire() as conn, conn.transaction():
         dataset = await get_dataset(conn, project_id, name)
         row = await repo.get_version(conn, dataset["id"], version)
@@ -200,6 +201,10 @@ async def delete_version(services: Services, project_id: uuid.UUID, name: str, v
         if models:
             listed = ", ".join(f"{m['name']} v{m['version']}" for m in models[:10])
             raise Conflict(f"{name} v{version} is the training data of {listed}: delete those model versions first")
+        jobs = await repo.jobs_depending_on(conn, row["id"])
+        if jobs:
+            listed = ", ".join(f"{j['name']} ({j['state']}, {j['id']})" for j in jobs[:10])
+            raise Conflict(f"{name} v{version} is still needed by {len(jobs)} job(s): {listed}; delete or finish them first")
         await repo.delete_version(conn, row["id"])
     prefix = services.store.key_of(row["uri"])
     if prefix is not None:
