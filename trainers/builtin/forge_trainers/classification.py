@@ -16,6 +16,7 @@ registration descriptor. The loop, checkpoints and export are :mod:`forge_traine
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -99,7 +100,14 @@ def load_checkpoint(model: torch.nn.Module, folder: Path, run: Run) -> None:
 
         state = load_file(str(path))
     else:
-        loaded = torch.load(path, map_location="cpu", weights_only=False)
+        try:  # a user's upload: tensors only, never pickled code
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise TrainerError(
+                "bad_config",
+                f"{path.name} holds more than tensors (pickled objects are not loaded, they could run code): {str(exc).splitlines()[0]}",
+                "save the weights with torch.save(model.state_dict(), ...) or as .safetensors",
+            ) from exc
         state = loaded.get("model") or loaded.get("state_dict") or loaded if isinstance(loaded, dict) else loaded
     own = model.state_dict()
     usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
