@@ -266,3 +266,27 @@ async def test_only_stopped_or_failed_jobs_can_be_resumed(
     subjects = Subjects(common_settings.bus_prefix)
     (msg,) = await collect(js, subjects.job(job["id"], "resume-requested"), 1)
     assert decode(msg.data).type == "forge.job.resume-requested"
+
+
+async def test_losing_a_race_with_a_concurrent_delete_is_a_409_not_a_500(
+    api: httpx.AsyncClient, sample_dataset: Path, common_settings: CommonSettings
+) -> None:
+    import asyncio
+
+    import asyncpg
+
+    await upload(api, "shapes", tar_of(sample_dataset))
+    other = await asyncpg.connect(common_settings.database_url)
+    try:
+        tx = other.transaction()
+        await tx.start()
+        # another request deletes the version: not yet committed, so the api's checks still see it
+        await other.execute("DELETE FROM dataset_versions")
+        submit = asyncio.create_task(api.post("/v1/jobs", json=SPEC))
+        await asyncio.sleep(0.5)  # the api's insert now waits on the deleted row's lock
+        await tx.commit()
+        r = await submit
+    finally:
+        await other.close()
+    assert r.status_code == 409 and r.json()["type"] == "conflict"
+    assert "deleted by a concurrent request" in r.json()["detail"]

@@ -93,3 +93,26 @@ async def test_nothing_to_register_and_manual_registration_register_nothing(
     assert await registrar.on_artifact_uploaded(uploaded(b, manual.uri, registration="manual")) is None
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM model_versions") == 0
+
+
+async def test_a_descriptor_cannot_register_files_outside_its_jobs_output(pool: asyncpg.Pool, common_settings: CommonSettings) -> None:
+    store = open_store(common_settings)
+    elsewhere = store.location("jobs/someone-else/1").put_bytes("model.onnx", b"not yours")
+    out = store.location("jobs/f/1")
+    own = out.put_bytes("model.pt", b"w")
+    out.put_bytes("job.metrics.json", json.dumps({"weights_uri": elsewhere, "onnx_uri": out.uri + "/../../g/model.onnx"}).encode())
+    async with pool.acquire() as conn:
+        job_id = await insert_job(conn, state="succeeded")
+    row = await Registrar(pool, Subjects(common_settings.bus_prefix), None).on_artifact_uploaded(uploaded(job_id, out.uri))
+    assert row is not None and (row["weights_uri"], row["onnx_uri"]) == (own, None)  # the descriptor ignored: a scan
+
+
+async def test_huge_metrics_are_cut_to_their_top_level_numbers(pool: asyncpg.Pool, common_settings: CommonSettings) -> None:
+    out = open_store(common_settings).location("jobs/h/1")
+    out.put_bytes("model.pt", b"w")
+    metrics = {"top1": 0.9, "loss": 0.1, "confusion": [[i] * 500 for i in range(500)], "note": "x"}
+    out.put_bytes("metrics.json", json.dumps(metrics).encode())
+    async with pool.acquire() as conn:
+        job_id = await insert_job(conn, state="succeeded")
+    row = await Registrar(pool, Subjects(common_settings.bus_prefix), None).on_artifact_uploaded(uploaded(job_id, out.uri))
+    assert row is not None and row["metrics"] == {"top1": 0.9, "loss": 0.1}

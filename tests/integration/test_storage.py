@@ -74,6 +74,10 @@ def test_keys_cannot_escape_the_store(tmp_path: Path) -> None:
     store = open_store(CommonSettings(home=tmp_path))
     with pytest.raises(StorageError, match="escapes"):
         store.store.put_bytes("../outside.txt", b"x")
+    # a URI that starts inside the store but climbs out is not one of its keys (a model's file
+    # named by a trainer's descriptor is served only when it really is inside)
+    assert store.key_of(store.uri("") + "/jobs/../../etc/passwd") is None
+    assert store.key_of(store.uri("jobs/1/model.onnx")) == "jobs/1/model.onnx"
 
 
 def test_s3_downloads_use_presigned_urls(s3_server: dict[str, str], tmp_path: Path) -> None:

@@ -117,3 +117,9 @@ def test_a_damaged_archive_is_refused(tmp_path: Path) -> None:
 
 def test_duplicate_names_are_refused(tmp_path: Path) -> None:
     refused(make_tar(tmp_path / "a.tar.gz", [("a/1.png", b"x"), ("a/1.png", b"y")]), tmp_path / "o", "twice")
+
+
+@pytest.mark.parametrize("order", [["cats", "cats/1.png"], ["cats/1.png", "cats"]])
+def test_a_name_that_is_both_a_file_and_a_folder_is_refused(tmp_path: Path, order: list[str]) -> None:
+    archive = make_tar(tmp_path / "a.tar.gz", [(name, b"x") for name in order])
+    refused(archive, tmp_path / "out", "'cats' is a file and also a folder")

@@ -32,12 +32,14 @@ class ObjectStore:
         return self.store.uri(key)
 
     def key_of(self, uri: str) -> str | None:
-        """The key of a URI inside this store, or None when it points elsewhere."""
+        """The key of a URI inside this store, or None when it points elsewhere (including a
+        URI that starts inside but climbs out with ``..``)."""
         root = self.store.uri("")
         root = root if root.endswith("/") else root + "/"
-        if uri.startswith(root):
-            return uri[len(root) :]
-        return None
+        if not uri.startswith(root):
+            return None
+        key = uri[len(root) :]
+        return None if ".." in key.replace("\\", "/").split("/") else key
 
     def location(self, prefix: str) -> Location:
         return Location(self.store, prefix)

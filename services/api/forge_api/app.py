@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -99,6 +100,18 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(status_code=exc.status_code, content={"type": kind, "detail": str(exc.detail)}, headers=exc.headers)
+
+    @app.exception_handler(asyncpg.IntegrityConstraintViolationError)
+    async def lost_race(request: Request, exc: asyncpg.IntegrityConstraintViolationError) -> JSONResponse:
+        # Checks run before writes, so this is a concurrent request winning between the two.
+        log.info("conflict on %s %s: %s", request.method, request.url.path, exc)
+        if isinstance(exc, asyncpg.UniqueViolationError):
+            detail = "it already exists: a concurrent request created it first; reload and use it, or pick another name"
+        elif isinstance(exc, asyncpg.ForeignKeyViolationError):
+            detail = "something it refers to was deleted by a concurrent request; reload and try again"
+        else:
+            detail = f"the request conflicts with the stored data ({exc.__class__.__name__}); reload and try again"
+        return JSONResponse(status_code=409, content={"type": "conflict", "detail": detail})
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

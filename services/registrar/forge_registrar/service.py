@@ -63,6 +63,35 @@ def pick(objects: list[ObjectInfo]) -> tuple[str | None, str | None]:
     return weights, onnx
 
 
+# What a version's metrics may weigh: they travel in ModelRegistered (the bus refuses big messages)
+# and are shown in every listing.
+MAX_METRICS_BYTES = 32 * 1024
+
+
+def _inside(location: Location, uri: Any) -> str | None:
+    """A descriptor's file URI, only when it lies under the job's own output: a trainer must not
+    register (and so expose for download) another job's or project's files."""
+    if not isinstance(uri, str) or not uri:
+        return None
+    root = location.uri.rstrip("/") + "/"
+    if not uri.startswith(root) or ".." in uri[len(root) :].split("/"):
+        log.warning("%s: the descriptor names %s, outside this job's output; ignored", location.uri, uri)
+        return None
+    return uri
+
+
+def bounded_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics as given when small; else only the top-level numbers (what listings compare)."""
+    if len(json.dumps(metrics, default=str)) <= MAX_METRICS_BYTES:
+        return metrics
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool) and len(k) <= 200}
+    kept = dict(list(numbers.items())[: MAX_METRICS_BYTES // 256])
+    log.warning(
+        "metrics of %d bytes are over %d; kept %d top-level numbers", len(json.dumps(metrics, default=str)), MAX_METRICS_BYTES, len(kept)
+    )
+    return kept
+
+
 def find_artifacts(location: Location, artifact_id: str) -> Artifacts:
     """Blocking: read the descriptor or scan the location."""
     objects = location.list()
@@ -81,12 +110,14 @@ def find_artifacts(location: Location, artifact_id: str) -> Artifacts:
         except ValueError:
             log.warning("%s: %s is not valid JSON; scanning instead", location.uri, descriptor_name)
         else:
-            if isinstance(desc, dict) and (desc.get("weights_uri") or desc.get("onnx_uri")):
+            desc = desc if isinstance(desc, dict) else {}
+            weights_uri, onnx_uri = _inside(location, desc.get("weights_uri")), _inside(location, desc.get("onnx_uri"))
+            if weights_uri or onnx_uri:
                 got = desc.get("metrics")
                 return Artifacts(
-                    weights_uri=desc.get("weights_uri"),
-                    onnx_uri=desc.get("onnx_uri"),
-                    metrics=got if isinstance(got, dict) else metrics,
+                    weights_uri=weights_uri,
+                    onnx_uri=onnx_uri,
+                    metrics=bounded_metrics(got if isinstance(got, dict) else metrics),
                     how="descriptor",
                 )
             log.warning("%s: %s names no weights_uri/onnx_uri; scanning instead", location.uri, descriptor_name)
@@ -94,7 +125,7 @@ def find_artifacts(location: Location, artifact_id: str) -> Artifacts:
     return Artifacts(
         weights_uri=location.uri_of(weights) if weights else None,
         onnx_uri=location.uri_of(onnx) if onnx else None,
-        metrics=metrics,
+        metrics=bounded_metrics(metrics),
     )
 
 

@@ -48,12 +48,18 @@ def _check_name(raw: str) -> str | None:
 
 
 def _unique(members: list[Member]) -> None:
+    """No name twice (case-insensitively: stores and laptops differ), and no name that is both a
+    file and a folder (``a`` and ``a/b``) — it could not be unpacked."""
     seen: set[str] = set()
     for m in members:
         key = m.name.lower()
         if key in seen:
             raise InvalidInput(f"archive has the file {m.name!r} twice", field="file")
         seen.add(key)
+    folders = {"/".join(m.name.lower().split("/")[:i]) for m in members for i in range(1, m.name.count("/") + 1)}
+    for m in members:
+        if m.name.lower() in folders:
+            raise InvalidInput(f"archive member {m.name!r} is a file and also a folder of other members", field="file")
 
 
 def _within(limits: Limits, count: int, total: int) -> None:
