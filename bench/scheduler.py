@@ -145,7 +145,12 @@ def start_latency(jobs: int, work: Path) -> tuple[list[float], list[float]]:
         out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
         floor.append(float(out.split()[1]) - t0)
     platform: list[float] = []
-    with embedded(work / "home", FORGE_SCHEDULER_POLL_SECONDS="0.05", FORGE_SCHEDULER_DETECT_DEVICES="false") as stack:
+    with embedded(
+        work / "home",
+        FORGE_SCHEDULER_POLL_SECONDS="0.05",
+        FORGE_SCHEDULER_DETECT_DEVICES="false",
+        FORGE_API_SCRIPT_ALLOWED_HOSTS="127.0.0.1",
+    ) as stack:
         client = ForgeClient(stack.api, timeout=120)
         data = shapes(work / "data", per_class=2, size=16)
         archive = shutil.make_archive(str(work / "data"), "gztar", root_dir=data)

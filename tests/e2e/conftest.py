@@ -132,6 +132,7 @@ def running_stack(nats_url: str, postgres_admin_url: str, home: Path, **extra_en
         "FORGE_TELEMETRY_FILE": str(home / "traces.jsonl"),
         "FORGE_SCHEDULER_POLL_SECONDS": "0.2",
         "FORGE_SCHEDULER_DETECT_DEVICES": "false",
+        "FORGE_API_SCRIPT_ALLOWED_HOSTS": "127.0.0.1",  # the tests serve scripts on loopback
         "PYTHONUNBUFFERED": "1",
         **extra_env,
     }

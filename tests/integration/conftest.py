@@ -40,7 +40,8 @@ async def js(common_settings: CommonSettings) -> AsyncIterator[Any]:
 @pytest.fixture
 async def api(common_settings: CommonSettings) -> AsyncIterator[httpx.AsyncClient]:
     """The api in-process (its real lifespan: database, NATS, store, outbox relay)."""
-    app = create_app(common_settings, ApiSettings(max_archive_files=1000, max_extracted_bytes=50_000_000))
+    # the tests' script servers listen on loopback, which only a named host may be
+    app = create_app(common_settings, ApiSettings(max_archive_files=1000, max_extracted_bytes=50_000_000, script_allowed_hosts="127.0.0.1"))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://forge") as client:

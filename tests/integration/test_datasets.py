@@ -165,3 +165,24 @@ async def test_a_version_a_job_still_needs_cannot_be_deleted(
         assert (await api.delete("/v1/datasets/needed/versions/1")).status_code == 204
     finally:
         await conn.close()
+
+
+async def test_local_folders_are_imported_only_from_the_configured_roots(common_settings: CommonSettings, tmp_path: Path) -> None:
+    from ..unit.datasets import helpers
+
+    allowed = tmp_path / "imports"
+    data = helpers.build_imagenet(allowed / "shapes")
+    for roots, uri, status, message in [
+        ("", str(data), 422, "imports only from s3://"),
+        (str(allowed), "/etc", 422, f"local imports must be under {allowed}"),
+        (str(allowed), f"{allowed}/../../etc", 422, "local imports must be under"),
+        (str(allowed), "relative/path", 422, "absolute path"),
+        (str(allowed), data.as_uri(), 201, ""),
+    ]:
+        app = create_app(common_settings, ApiSettings(import_roots=roots))
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+                await api.post("/v1/datasets", json={"name": "local"})
+                r = await api.post("/v1/datasets/local/imports", json={"uri": uri})
+                assert r.status_code == status, (uri, r.text)
+                assert message in r.text

@@ -157,3 +157,20 @@ async def test_only_allowed_hosts_serve_scripts(common_settings: Any, sample_dat
             await upload(api, "shapes", tar_of(sample_dataset))
             r = await api.post("/v1/jobs", json={**SPEC, "custom_script_uri": f"{script_server}/train.py"})
             assert r.status_code == 422 and "may only come from scripts.example.com" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "169.254.169.254", "[::1]", "0.0.0.0"])
+async def test_scripts_never_come_from_the_apis_own_machine_unless_named(
+    common_settings: Any, sample_dataset: Path, script_server: str, host: str
+) -> None:
+    from forge_api.app import create_app
+    from forge_api.settings import ApiSettings
+
+    port = script_server.rsplit(":", 1)[1]
+    app = create_app(common_settings, ApiSettings())
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+            await upload(api, "shapes", tar_of(sample_dataset))
+            r = await api.post("/v1/jobs", json={**SPEC, "custom_script_uri": f"http://{host}:{port}/train.py"})
+            assert r.status_code == 422 and r.json()["field"] == "custom_script_uri", r.text
+            assert "FORGE_API_SCRIPT_ALLOWED_HOSTS" in r.json()["detail"]

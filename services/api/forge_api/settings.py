@@ -17,5 +17,13 @@ class ApiSettings(BaseSettings):
     upload_dir: Path | None = Field(None, description="Scratch space for uploads being checked (default: $FORGE_HOME/tmp)")
     script_max_bytes: int = Field(1024 * 1024, ge=1, description="Largest custom training script accepted")
     script_timeout_seconds: float = Field(10.0, gt=0, description="How long fetching a custom training script may take")
-    script_allowed_hosts: str = Field("", description="Comma-separated hosts custom scripts may come from (empty: any host)")
+    script_allowed_hosts: str = Field(
+        "",
+        description="Comma-separated HTTP hosts custom scripts may come from (empty: any host that is not loopback or"
+        " link-local; name a loopback host here to allow it). s3:// scripts come from the configured S3 endpoint",
+    )
+    import_roots: str = Field(
+        "",
+        description="Comma-separated folders on the api's machine that datasets may be imported from (empty: only s3:// imports)",
+    )
     sse_ping_seconds: float = Field(15.0, gt=0, description="Keep-alive interval of live event streams")

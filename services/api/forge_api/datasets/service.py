@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import asyncpg
 from fastapi import UploadFile
@@ -118,7 +119,9 @@ async def import_version(
     declared_format: str | None = None,
     tokenizer: formats.Tokenizer | None = None,
 ) -> tuple[asyncpg.Record, bool]:
-    """The same as an upload, from an object-storage prefix (or a folder the api can read)."""
+    """The same as an upload, from an object-storage prefix (or a folder under one of the
+    configured import roots: the api's own files are not for users to read)."""
+    _check_import_source(uri, services.settings.import_roots)
 
     def fetch(work: Path) -> Path:
         try:
@@ -135,6 +138,25 @@ async def import_version(
         return location.download_to(work / "unpacked")
 
     return await _ingest(services, project_id, name, fetch, declared_format, tokenizer)
+
+
+def _check_import_source(uri: str, import_roots: str) -> None:
+    if uri.startswith("s3://"):
+        return
+    if "://" in uri and not uri.startswith("file://"):
+        raise InvalidInput(f"cannot import {uri}: use s3://bucket/prefix", field="uri")
+    path = Path(unquote(urlparse(uri).path) if uri.startswith("file://") else uri)
+    roots = [Path(r.strip()).resolve() for r in import_roots.split(",") if r.strip()]
+    if not roots:
+        raise InvalidInput(
+            f"cannot import {uri}: this installation imports only from s3:// (an operator can allow local folders with FORGE_API_IMPORT_ROOTS)",
+            field="uri",
+        )
+    if not path.is_absolute():
+        raise InvalidInput(f"cannot import {uri}: a local folder must be an absolute path", field="uri")
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(root) for root in roots):
+        raise InvalidInput(f"cannot import {uri}: local imports must be under {', '.join(map(str, roots))}", field="uri")
 
 
 async def _ingest(

@@ -1,5 +1,5 @@
-"""Custom training scripts are untrusted downloads: only allowed schemes (and hosts, when
-configured), bounded in size and time, optionally pinned by sha256. The api fetches the script
+"""Custom training scripts are untrusted downloads: only allowed schemes (and HTTP hosts, when
+configured; never the api's own machine unless named), bounded in size and time, optionally pinned by sha256. The api fetches the script
 once, at submission, stores it content-addressed, and records its digest on the job — the trainer
 runs exactly those bytes."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -62,6 +64,25 @@ async def _s3(services: Services, uri: str, max_bytes: int) -> bytes:
         raise InvalidInput(f"cannot read {uri}: {exc}", field="custom_script_uri") from None
 
 
+async def _refuse_internal_hosts(host: str, port: int) -> None:
+    """The api's own machine and the cloud's metadata service are not for users to read: a host
+    that resolves to a loopback, link-local, unspecified or multicast address is refused unless
+    an operator names it in FORGE_API_SCRIPT_ALLOWED_HOSTS. (Private ranges stay allowed: scripts
+    often live on an intranet server.)"""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise InvalidInput(f"cannot resolve the script's host {host!r}: {exc}", field="custom_script_uri") from None
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if address.is_loopback or address.is_link_local or address.is_unspecified or address.is_multicast:
+            raise InvalidInput(
+                f"the script's host {host!r} is {address}, an address on the api's own machine or network link;"
+                " an operator can allow it by naming the host in FORGE_API_SCRIPT_ALLOWED_HOSTS",
+                field="custom_script_uri",
+            )
+
+
 async def fetch(services: Services, uri: str, sha256: str | None) -> Fetched:
     settings = services.settings
     parsed = urlparse(uri)
@@ -71,9 +92,15 @@ async def fetch(services: Services, uri: str, sha256: str | None) -> Fetched:
         )
     if parsed.scheme == "s3" and services.store.s3 is None:
         raise InvalidInput("this installation has no S3 endpoint configured, so it cannot read s3:// scripts", field="custom_script_uri")
-    allowed = [h.strip() for h in settings.script_allowed_hosts.split(",") if h.strip()]
-    if allowed and parsed.hostname not in allowed and parsed.netloc not in allowed:
-        raise InvalidInput(f"scripts may only come from {', '.join(allowed)}; {parsed.netloc} is not allowed", field="custom_script_uri")
+    if parsed.scheme != "s3":  # s3:// reads the installation's own endpoint, with its credentials
+        allowed = [h.strip() for h in settings.script_allowed_hosts.split(",") if h.strip()]
+        named = parsed.hostname in allowed or parsed.netloc in allowed
+        if allowed and not named:
+            raise InvalidInput(
+                f"scripts may only come from {', '.join(allowed)}; {parsed.netloc} is not allowed", field="custom_script_uri"
+            )
+        if not named:
+            await _refuse_internal_hosts(parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80))
     if parsed.scheme == "s3":
         data = await _s3(services, uri, settings.script_max_bytes)
     else:
