@@ -114,6 +114,19 @@ async def test_a_script_is_fetched_once_pinned_and_recorded(
     assert stored.read_bytes() == SCRIPT
 
 
+async def test_a_queued_job_is_reprioritised_and_duplicated_without_fetching_its_script_again(
+    api: httpx.AsyncClient, sample_dataset: Path, script_server: str, tmp_path: Path
+) -> None:
+    await upload(api, "shapes", tar_of(sample_dataset))
+    job = (await api.post("/v1/jobs", json={**SPEC, "custom_script_uri": f"{script_server}/train.py", "start": True})).json()
+    (tmp_path / "train.py").write_bytes(b"print('the source moved on')\n")  # the server now serves other bytes
+    r = await api.patch(f"/v1/jobs/{job['id']}", json={"priority": "high"})
+    assert r.status_code == 200 and r.json()["priority"] == "high" and r.json()["state"] == "queued", r.text
+    copy = await api.post(f"/v1/jobs/{job['id']}/duplicate", json={"name": "again"})
+    assert copy.status_code == 201, copy.text  # the same bytes as the original: comparable runs
+    assert (await api.patch(f"/v1/jobs/{job['id']}", json={"name": "x"})).status_code == 409
+
+
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [

@@ -113,6 +113,18 @@ async def metric_points(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: in
     )
 
 
+async def set_priority(conn: asyncpg.Connection, job_id: uuid.UUID, name: str, priority: int) -> bool:
+    """Re-prioritise a job while it is still queued."""
+    status = await conn.execute(
+        "UPDATE jobs SET priority = $2, spec = jsonb_set(spec, '{priority}', to_jsonb($3::text)), updated_at = now()"
+        " WHERE id = $1 AND state = 'queued'",
+        job_id,
+        priority,
+        name,
+    )
+    return status == "UPDATE 1"
+
+
 async def update_spec(
     conn: asyncpg.Connection, job_id: uuid.UUID, state: JobState, spec: dict[str, Any], dataset_version_id: uuid.UUID, priority: int
 ) -> bool:

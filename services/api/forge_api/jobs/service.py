@@ -131,8 +131,9 @@ async def _custom_code(
             )
         return {"custom_image": image, "image_pull_secret": body.image_pull_secret}
     assert script_uri is not None
-    if previous and previous.get("custom_script", {}).get("uri") == script_uri and not body.custom_script_sha256:
-        return {"custom_script": previous["custom_script"]}  # an edit of a draft keeps the fetched bytes
+    kept = (previous or {}).get("custom_script") or {}
+    if kept.get("uri") == script_uri and body.custom_script_sha256 in (None, kept.get("sha256")):
+        return {"custom_script": kept}  # an edit or a duplicate keeps the fetched bytes (the source may have changed since)
     fetched = await scripts.fetch(services, script_uri, body.custom_script_sha256)
     return {"custom_script": {"uri": fetched.uri, "sha256": fetched.sha256, "size": fetched.size, "stored_uri": fetched.stored_uri}}
 
@@ -157,11 +158,14 @@ async def _announce_state(conn: asyncpg.Connection, subjects: Subjects, job: asy
     await outbox.add(conn, subjects, status, producer=PRODUCER)
 
 
-async def create_job(conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, body: JobCreate) -> asyncpg.Record:
+async def create_job(
+    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, body: JobCreate, *, previous: dict[str, Any] | None = None
+) -> asyncpg.Record:
+    """``previous``: the spec this one is a copy of (its fetched script bytes are reused)."""
     subjects = services.subjects
     job_id = uuid.uuid4()
     with telemetry.span("api.create_job", job_id=job_id) as traceparent:
-        spec, version = await resolve_spec(conn, services, project_id, body)
+        spec, version = await resolve_spec(conn, services, project_id, body, previous=previous)
         state = JobState.QUEUED if body.start else JobState.DRAFT
         async with conn.transaction():
             await repo.insert_job(
@@ -261,7 +265,7 @@ async def duplicate_job(
     """A new draft with the same spec (the same dataset version, base model and script bytes: comparable)."""
     job = await get_job(conn, project_id, job_id)
     body = JobCreate.model_validate({**spec_fields(job["spec"]), "name": name or job["spec"]["name"], "start": False})
-    return await create_job(conn, services, project_id, body)
+    return await create_job(conn, services, project_id, body, previous=job["spec"])
 
 
 async def update_job(
@@ -273,7 +277,12 @@ async def update_job(
         extra = set(changes) - {"priority"}
         if extra:
             raise Conflict(f"a queued job can only be re-prioritised; {', '.join(sorted(extra))} can change while it is a draft")
-    elif job["state"] != JobState.DRAFT:
+        # only the priority: nothing else is re-resolved (the base model or script source may have changed since)
+        priority = changes.get("priority") or job["spec"].get("priority", "normal")  # the PATCH schema checked the name
+        if not await repo.set_priority(conn, job_id, priority, PRIORITIES[priority]):
+            raise Conflict("the job changed state meanwhile; read it again")
+        return await get_job(conn, project_id, job_id)
+    if job["state"] != JobState.DRAFT:
         raise Conflict(f"the job is {job['state']}: only a draft can be edited, or a queued job re-prioritised")
     spec = job["spec"]
     merged = {**spec_fields(spec), **changes}
