@@ -108,7 +108,7 @@ async def test_creating_and_starting_a_job_publishes_its_events(
     assert again.status_code == 409 and again.json()["detail"] == "only a draft can be started; this job is queued"
     subjects = Subjects(common_settings.bus_prefix)
     events = [decode(m.data) for m in await collect(js, subjects.all_of_job(job["id"]), 3)]
-    assert [e.type for e in events] == ["forge.job.status-changed", "forge.job.submitted", "forge.job.status-changed"]
+    assert [e.type for e in events] == ["forge.job.status-changed", "forge.job.status-changed", "forge.job.submitted"]
     assert [e.data.state for e in events if e.KIND == "status"] == ["draft", "queued"]
     assert (await api.get(f"/v1/jobs/{job['id']}")).json()["state"] == "queued"
     assert [j["id"] for j in (await api.get("/v1/jobs", params={"state": "queued"})).json()] == [job["id"]]

@@ -91,6 +91,40 @@ async def test_the_outbox_keeps_rows_while_the_bus_is_down(pool: asyncpg.Pool, j
     assert await outbox.OutboxRelay(pool, js, producer="test").drain() == 1
 
 
+async def test_an_event_the_server_can_never_take_does_not_block_the_others(
+    pool: asyncpg.Pool, js: Any, common_settings: CommonSettings
+) -> None:
+    subjects = Subjects(common_settings.bus_prefix)
+    before, huge, after = submitted(), submitted(), submitted()
+    async with pool.acquire() as conn, conn.transaction():
+        await outbox.add(conn, subjects, before, producer="test")
+        await outbox.add(conn, subjects, huge, producer="test")
+        await conn.execute("UPDATE outbox SET body = $1 WHERE event_id = $2", b"x" * (8 * 1024 * 1024), huge.id)
+        await outbox.add(conn, subjects, after, producer="test")
+    assert await outbox.OutboxRelay(pool, js, producer="test").drain() == 2
+    got = [decode(m.data).id for m in await collect(js, f"{subjects.prefix}.job.>", 2)]
+    assert got == [before.id, after.id]
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
+
+
+async def test_relay_replicas_publish_in_commit_order(pool: asyncpg.Pool, js: Any, common_settings: CommonSettings) -> None:
+    subjects = Subjects(common_settings.bus_prefix)
+    job = uuid.uuid4()
+    events = [submitted(job) for _ in range(300)]
+    async with pool.acquire() as conn, conn.transaction():
+        for event in events:
+            await outbox.add(conn, subjects, event, producer="test")
+    replicas = [outbox.OutboxRelay(pool, js, producer="test") for _ in range(3)]
+    while True:  # every replica tries at once, again and again, until all is out
+        if sum(await asyncio.gather(*(r.drain() for r in replicas))) == 0:
+            async with pool.acquire() as conn:
+                if await conn.fetchval("SELECT count(*) FROM outbox") == 0:
+                    break
+    got = [decode(m.data).id for m in await collect(js, subjects.all_of_job(job), len(events))]
+    assert got == [e.id for e in events]
+
+
 async def run_consumer(common_settings: CommonSettings, handler: Any) -> NatsBroker:
     subjects = Subjects(common_settings.bus_prefix)
     broker = bus.make_broker(common_settings, subjects, name="test")

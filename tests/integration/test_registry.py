@@ -216,7 +216,7 @@ async def test_the_global_stream_carries_every_jobs_state_changes(api: httpx.Asy
             if len(got) == 3:
                 break
     await gen.aclose()
-    assert got == [("status", a["id"]), ("submitted", b["id"]), ("status", b["id"])]
+    assert got == [("status", a["id"]), ("status", b["id"]), ("submitted", b["id"])]
 
 
 async def test_the_global_stream_can_start_live_without_history(api: httpx.AsyncClient, sample_dataset: Path) -> None:

@@ -103,7 +103,7 @@ async def test_late_joiners_get_history_then_live_and_resume_without_gaps(
             await nc.close()
         assert events[0][0] == "snapshot" and events[0][2]["id"] == job["id"] and events[0][1] is None
         names = [e[0] for e in events[1:]]
-        assert names == ["submitted", "status", "metrics", "metrics", "metrics", "metrics", "metrics"]
+        assert names == ["status", "submitted", "metrics", "metrics", "metrics", "metrics", "metrics"]
         steps = [e[2]["data"]["step"] for e in events if e[0] == "metrics"]
         assert steps == [1, 2, 3, 4, 5]
         ids = [int(e[1]) for e in events[1:]]

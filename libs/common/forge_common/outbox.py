@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import asyncpg
+import nats.errors
 from nats.js import JetStreamContext
 
 from .bus import encode, headers_for
@@ -36,8 +37,10 @@ async def add(conn: asyncpg.Connection, subjects: Subjects, event: Event[Any], *
 
 
 class OutboxRelay:
-    """Publishes a producer's outbox rows in order, then deletes them (several replicas may run:
-    rows are claimed with ``FOR UPDATE SKIP LOCKED``)."""
+    """Publishes a producer's outbox rows in order, then deletes them. Several replicas may run:
+    one at a time drains (a transaction-scoped advisory lock per producer), so the order holds
+    across replicas too. A row the server can never accept (over its message size limit) is
+    logged and dropped instead of blocking every event behind it."""
 
     def __init__(self, pool: asyncpg.Pool, js: JetStreamContext, *, producer: str, poll_seconds: float = 1.0) -> None:
         self.pool = pool
@@ -55,16 +58,28 @@ class OutboxRelay:
         sent = 0
         while True:
             async with self.pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtext($1))", f"{CHANNEL}:{self.producer}"):
+                    return sent  # another replica is draining; it will publish these in order
                 rows = await conn.fetch(
-                    "SELECT seq, subject, body, headers FROM outbox WHERE producer = $1 ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED",
+                    "SELECT seq, subject, body, headers FROM outbox WHERE producer = $1 ORDER BY seq LIMIT 100",
                     self.producer,
                 )
                 if not rows:
                     return sent
                 for row in rows:
-                    await self.js.publish(row["subject"], bytes(row["body"]), headers=row["headers"])
+                    try:
+                        await self.js.publish(row["subject"], bytes(row["body"]), headers=row["headers"])
+                    except nats.errors.MaxPayloadError:
+                        log.error(
+                            "outbox (%s): dropped event #%d on %s: %d bytes is over the server's message limit",
+                            self.producer,
+                            row["seq"],
+                            row["subject"],
+                            len(row["body"]),
+                        )
+                        continue
+                    sent += 1
                 await conn.execute("DELETE FROM outbox WHERE seq = ANY($1::bigint[])", [r["seq"] for r in rows])
-                sent += len(rows)
 
     async def run(self) -> None:
         listener = await self.pool.acquire()

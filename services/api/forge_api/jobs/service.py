@@ -139,6 +139,9 @@ async def _custom_code(
 
 
 async def _announce_queued(conn: asyncpg.Connection, subjects: Subjects, job: asyncpg.Record, previous: JobState | None) -> None:
+    """The status first: the outbox publishes in order, and the scheduler reacts to the submission
+    (its "running" must never reach a subscriber before this "queued")."""
+    await _announce_state(conn, subjects, job, previous)
     tp = job["traceparent"]
     submitted = JobSubmitted.of(
         JobSubmittedData(job_id=job["id"], name=job["name"], task=job["task"], accelerator=job["accelerator"], priority=job["priority"]),
@@ -146,7 +149,6 @@ async def _announce_queued(conn: asyncpg.Connection, subjects: Subjects, job: as
         traceparent=tp,
     )
     await outbox.add(conn, subjects, submitted, producer=PRODUCER)
-    await _announce_state(conn, subjects, job, previous)
 
 
 async def _announce_state(conn: asyncpg.Connection, subjects: Subjects, job: asyncpg.Record, previous: JobState | None) -> None:
