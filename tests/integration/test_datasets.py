@@ -12,6 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
+from forge_api import limits
 from forge_api.app import create_app
 from forge_api.settings import ApiSettings
 from forge_common import db
@@ -111,6 +112,37 @@ async def test_an_archive_over_the_limit_is_refused(common_settings: CommonSetti
             r = await upload(api, "d", tar_of(sample_dataset))
             assert r.status_code == 413 and r.json()["type"] == "payload_too_large"
     assert not list(common_settings.objects_dir.rglob("*.png"))
+
+
+async def test_bodies_over_the_limit_are_refused_before_they_are_read(common_settings: CommonSettings) -> None:
+    app = create_app(common_settings, ApiSettings(max_upload_bytes=100_000, max_body_bytes=1000))
+    pulled: list[int] = []
+
+    async def chunks(n: int, size: int = 10_000) -> Any:
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.tar"\r\n\r\n'
+        for i in range(n):
+            pulled.append(i)
+            yield b"x" * size
+
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+            await api.post("/v1/datasets", json={"name": "d"})
+            headers = {"content-type": "multipart/form-data; boundary=b", "content-length": str(10**12)}
+            r = await api.post("/v1/datasets/d/versions", content=chunks(1), headers=headers)
+            assert r.status_code == 413 and r.json()["type"] == "payload_too_large", r.text
+            assert r.json()["limit"] == 100_000 + limits.MULTIPART_SLACK
+            assert pulled == []  # a declared size over the limit: not one byte read
+            r = await api.post("/v1/datasets/d/versions", content=chunks(1000), headers={"content-type": "multipart/form-data; boundary=b"})
+            assert r.status_code == 413 and "limit" in r.json()["detail"]  # chunked: cut off at the limit
+            assert len(pulled) < 30
+            r = await api.post("/v1/jobs", content=b"{" + b" " * 2000 + b"}", headers={"content-type": "application/json"})
+            assert r.status_code == 413 and r.json() == {
+                "type": "payload_too_large",
+                "detail": "the request body is over this endpoint's 1000-byte limit",
+                "limit": 1000,
+            }
+            assert (await api.get("/v1/datasets/d")).status_code == 200
+    assert not list(common_settings.objects_dir.rglob("datasets/*"))
 
 
 async def test_a_version_a_model_was_trained_on_cannot_be_deleted(

@@ -21,7 +21,7 @@ from forge_common.settings import CommonSettings
 from forge_common.storage import open_store
 from forge_common.subjects import Subjects
 
-from . import events_endpoints, health, queue_endpoints, tasks
+from . import events_endpoints, health, limits, queue_endpoints, tasks
 from .basemodels import endpoints as basemodels
 from .basemodels import service as basemodels_service
 from .datasets import endpoints as datasets
@@ -98,8 +98,11 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(status_code=exc.status_code, content={"type": kind, "detail": str(exc.detail)}, headers=exc.headers)
+        kind = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(exc.status_code, "http_error")
+        content: dict[str, object] = {"type": kind, "detail": str(exc.detail)}
+        if exc.status_code == 413 and (limit := limits.current_limit(request.scope)) is not None:
+            content = limits.refusal(limit)
+        return JSONResponse(status_code=exc.status_code, content=content, headers=exc.headers)
 
     @app.exception_handler(asyncpg.IntegrityConstraintViolationError)
     async def lost_race(request: Request, exc: asyncpg.IntegrityConstraintViolationError) -> JSONResponse:
@@ -118,6 +121,7 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return JSONResponse(status_code=500, content={"type": "internal", "detail": "unexpected server error; see the api log"})
 
+    app.add_middleware(limits.BodyLimit, upload_bytes=settings.max_upload_bytes, body_bytes=settings.max_body_bytes)
     app.include_router(health.router)
     app.include_router(tasks.router)
     app.include_router(datasets.router)

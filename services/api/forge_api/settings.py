@@ -12,6 +12,9 @@ class ApiSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the API listens on")
     port: int = Field(8000, ge=0, le=65535, description="Port the API listens on")
     max_upload_bytes: int = Field(50 * 1024**3, ge=1, description="Largest dataset archive accepted")
+    max_body_bytes: int = Field(
+        8 * 1024**2, ge=1, description="Largest request body other than a dataset archive (job specs, trainer profiles)"
+    )
     max_archive_files: int = Field(500_000, ge=1, description="Most files a dataset archive may hold")
     max_extracted_bytes: int = Field(200 * 1024**3, ge=1, description="Largest total size of an archive's files once unpacked")
     upload_dir: Path | None = Field(None, description="Scratch space for uploads being checked (default: $FORGE_HOME/tmp)")
