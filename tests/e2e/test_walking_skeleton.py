@@ -48,6 +48,8 @@ def stream_kinds(stack: Stack, job_id: str) -> list[tuple[str, Any]]:
     registered = False
     eof = False
     for event, _, data in stack.client.events(job_id):
+        if event == "ping":
+            continue
         seen.append((event, data))
         registered = registered or event == "model-registered"
         eof = eof or (event == "logs" and data["data"].get("eof"))

@@ -67,7 +67,8 @@ class ForgeClient:
     # -- streams ---------------------------------------------------------------------------------
 
     def events(self, job_id: str, last_event_id: str | None = None) -> Iterator[tuple[str, str | None, Any]]:
-        """(event name, id, decoded data) for each Server-Sent Event of a job, until the caller stops."""
+        """(event name, id, decoded data) for each Server-Sent Event of a job, until the caller stops
+        (keep-alives come as ``("ping", None, None)``)."""
         headers = {"Accept": "text/event-stream"}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
@@ -88,6 +89,7 @@ class ForgeClient:
                             yield event, eid, payload
                         event, eid, data = "message", None, []
                     elif line.startswith(":"):
+                        yield "ping", None, None  # a keep-alive: lets a follower check its deadlines
                         continue
                     else:
                         key, _, value = line.partition(":")

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from . import samples
 from .client import ApiError, ForgeClient
+from .follow import JobFollower
 
 app = typer.Typer(help="Forge: train models on immutable dataset versions.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Datasets and their immutable versions.", no_args_is_help=True)
@@ -37,7 +38,6 @@ console = Console()
 err = Console(stderr=True)
 
 EXIT = {"succeeded": 0, "failed": 1, "canceled": 3, "stopped": 4}
-TERMINAL = frozenset(EXIT)
 
 ApiOption = Annotated[str, typer.Option("--api", envvar="FORGE_API_URL", help="Forge API base URL")]
 OutputOption = Annotated[str, typer.Option("--output", "-o", help="table or json")]
@@ -320,19 +320,14 @@ def jobs_logs(
                 if not page["lines"]:
                     return
                 after = page["next_after"]
-        state = None
+        follower = JobFollower()
         for event, _, data in c.events(job_id):
-            if event == "snapshot":
-                state = data["state"]
-            elif event == "status":
-                state = data["data"]["state"]
-            elif event == "logs":
+            follower.feed(event, data)
+            if event == "logs":
                 for line in data["data"]["lines"]:
                     console.print(line["text"], markup=False, highlight=False)
-                if data["data"].get("eof") and state in TERMINAL:
-                    return  # the trainer is gone and its output was read to the end
-            if state in ("canceled", "failed") and event == "status" and not data["data"].get("attempt"):
-                return  # it never ran: there is no output to wait for
+            if (follower.ended and follower.output_read) or follower.never_ran:
+                return  # the trainer is gone and its output was read to the end, or it never ran
 
 
 @jobs_app.command("watch")
@@ -343,9 +338,8 @@ def jobs_watch(job_id: str, api: ApiOption = "http://127.0.0.1:8000", output: Ou
 
 
 def _watch(c: ForgeClient, job_id: str, output: str) -> int:
-    state, total, job = "queued", None, None
-    metrics: dict[str, float] = {}
-    registered: dict[str, Any] | None = None
+    follower = JobFollower()
+    total = None
     deadline: float | None = None
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -359,15 +353,13 @@ def _watch(c: ForgeClient, job_id: str, output: str) -> int:
     ) as progress:
         bar = progress.add_task("queued", total=None, info="")
         for event, _, data in c.events(job_id):
+            follower.feed(event, data)
+            progress.update(bar, description=follower.state)
             if event == "snapshot":
-                job, state, total = data, data["state"], data.get("total_epochs")
-                progress.update(bar, description=state, total=total)
-            elif event == "status":
-                state = data["data"]["state"]
-                progress.update(bar, description=state)
+                total = data.get("total_epochs")
+                progress.update(bar, total=total)
             elif event == "metrics":
                 d = data["data"]
-                metrics.update(d["metrics"])
                 if d.get("progress") is not None and total:
                     progress.update(bar, completed=d["progress"] * total)
                 progress.update(bar, info=" ".join(f"{k}={v:.4g}" for k, v in d["metrics"].items() if k in ("loss", "lr")))
@@ -380,15 +372,13 @@ def _watch(c: ForgeClient, job_id: str, output: str) -> int:
                     + " ".join(f"{k}={v:.4g}" for k, v in d["metrics"].items())
                     + (" (best)" if d["is_best"] else "")
                 )
-            elif event == "model-registered":
-                registered = data["data"]
-            if state in TERMINAL:
-                if registered is not None or state in ("failed", "canceled"):
-                    break
+            if follower.settled:
+                break
+            if follower.ended:
                 deadline = deadline or time.monotonic() + 30  # give the registrar a moment
-                if time.monotonic() > deadline or (job and job.get("registration") == "manual"):
+                if time.monotonic() > deadline:
                     break
-        if state == "succeeded":
+        if follower.state == "succeeded":
             progress.update(bar, completed=total)
     job = c.get(f"/v1/jobs/{job_id}")
     if output == "json":
