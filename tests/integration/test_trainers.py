@@ -54,6 +54,8 @@ async def test_a_profile_round_trips_and_lists_next_to_the_builtins(api: httpx.A
     r = await api.post("/v1/trainers", json=PROFILE)
     assert r.status_code == 201, r.text
     assert (await api.post("/v1/trainers", json=PROFILE)).status_code == 409
+    r = await api.post("/v1/trainers", json={**PROFILE, "name": "classification"})
+    assert r.status_code == 409 and r.json()["detail"] == "'classification' is the name of a built-in trainer; pick another"
     got = (await api.get("/v1/trainers/my-trainer")).json()
     assert got["hyperparameters"] == PROFILE["hyperparameters"] and got["accelerators"]["nvidia"]["grade"] == "compatible"
     names = {t["name"] for t in (await api.get("/v1/trainers", params={"task": "classification"})).json()}

@@ -44,7 +44,9 @@ async def get_profile(conn: asyncpg.Connection, project_id: uuid.UUID, name: str
 @router.post("", status_code=201, response_model=TrainerOut)
 async def register(body: TrainerProfile, conn: ConnDep, project: ProjectDep) -> TrainerOut:
     """Announce a trainer: its tasks, accelerators (image and grade), hyperparameters (JSON Schema
-    with defaults) and metrics. Jobs name it in ``trainer``."""
+    with defaults) and metrics. Jobs name it in ``trainer``; the built-ins' names are taken."""
+    if any(p["name"] == body.name for p in builtin_profiles()):
+        raise Conflict(f"{body.name!r} is the name of a built-in trainer; pick another", field="name")
     profile = body.model_dump(mode="json")
     row = await conn.fetchrow(
         "INSERT INTO trainer_profiles (id, project_id, name, profile) VALUES ($1, $2, $3, $4)"
