@@ -175,6 +175,12 @@ async def test_unknown_pages_and_assets_are_404_html_and_paths_cannot_escape(web
         assert response.status_code == 404, path
         assert response.headers["content-type"] == "text/html; charset=utf-8"
         assert "Page not found" in response.text
+    from forge_api.web import routes
+
+    shipped = dict(routes._shipped())
+    for i in range(200):  # made-up names are answered without being remembered anywhere
+        assert (await web.get(f"/assets/made-up-{i}.js")).status_code == 404
+    assert routes._shipped() == shipped and getattr(routes.asset, "cache_info", None) is None
 
 
 async def test_the_pages_do_not_shadow_the_json_api(api: httpx.AsyncClient) -> None:

@@ -85,15 +85,21 @@ def render(key: str) -> tuple[bytes, str]:
 
 
 @cache
+def _shipped() -> dict[str, tuple[bytes, str, str]]:
+    """Every static file with its content type and ETag, read once (a lookup of any other name
+    caches nothing, so requests for made-up names cannot grow memory)."""
+    out = {}
+    for node in resources.files(PACKAGE).joinpath("static").iterdir():
+        suffix = node.name[node.name.rfind(".") :] if "." in node.name else ""
+        if node.is_file() and suffix in CONTENT_TYPES and not node.name.startswith("."):
+            body = node.read_bytes()
+            out[node.name] = (body, CONTENT_TYPES[suffix], _etag(body))
+    return out
+
+
 def asset(name: str) -> tuple[bytes, str, str] | None:
     """A static file's bytes, content type and ETag; None for anything not shipped."""
-    suffix = name[name.rfind(".") :] if "." in name else ""
-    if suffix not in CONTENT_TYPES or "/" in name or "\\" in name or name.startswith("."):
-        return None
-    body = _read("static", name)
-    if body is None:
-        return None
-    return body, CONTENT_TYPES[suffix], _etag(body)
+    return _shipped().get(name)
 
 
 @cache
