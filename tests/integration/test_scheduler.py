@@ -68,11 +68,11 @@ class ScriptScheduler(Scheduler):
 
 @pytest.fixture
 def make_scheduler(pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path: Path) -> Any:
-    def make(script: str | None = None, **settings: Any) -> ScriptScheduler:
+    def make(script: str | None = None, devices: dict[str, int] | None = None, **settings: Any) -> ScriptScheduler:
         s = ScriptScheduler(
             pool,
             open_store(common_settings),
-            LocalExecutor(tmp_path / "runs", cpu_slots=settings.get("cpu_slots", 1)),
+            LocalExecutor(tmp_path / "runs", cpu_slots=settings.get("cpu_slots", 1), devices=devices),
             Subjects(common_settings.bus_prefix),
             SchedulerSettings(**{"poll_seconds": 0.05, **settings}),
             common_settings,
@@ -339,3 +339,35 @@ async def test_a_local_trainer_inherits_no_service_settings_or_secrets(
     seen = set(json.loads((Path(attempt["run_ref"]) / "env.json").read_text()))
     assert not seen & {"DATABASE_URL", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "FORGE_API_TOKEN"}
     assert {"PATH", "HF_HUB_OFFLINE", "FORGE_JOB_ID"} <= seen
+
+
+DEVICE_PROBE = """
+import json, os, pathlib, time
+pathlib.Path(os.environ["FORGE_RESULT_FILE"]).with_name("devices.txt").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "all"))
+time.sleep(3 if json.loads(os.environ["CONFIG_JSON"])["name"] == "b" else 0.2)
+"""
+
+
+async def test_local_gpu_jobs_each_get_their_own_devices(make_scheduler: Any, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")  # the scheduler itself was given three GPUs
+    scheduler = make_scheduler(script=DEVICE_PROBE, devices={"nvidia": 3})
+    async with pool.acquire() as conn:
+        a, b, c = [await insert_job(conn, state="queued", name=n, attempt=0, devices=d) for n, d in (("a", 2), ("b", 1), ("c", 1))]
+        await conn.execute("UPDATE jobs SET accelerator = 'nvidia'")
+
+    async def seen(job: uuid.UUID) -> tuple[str, str]:
+        async with pool.acquire() as conn:
+            attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1 ORDER BY attempt DESC LIMIT 1", job)
+        path = Path(attempt["run_ref"]) / "devices.txt"
+        async with asyncio.timeout(10):
+            while not path.exists():
+                await asyncio.sleep(0.05)
+        return attempt["devices"], path.read_text()
+
+    assert await scheduler.admit() == [a, b]
+    assert await seen(a) == ("0,1", "4,5") and await seen(b) == ("2", "6")
+    await run_until(scheduler, pool, a, {"succeeded", "failed"})
+    assert (await state_of(pool, c))["state"] != "queued"  # a's two devices freed: c starts on the first
+    assert await seen(c) == ("0", "4")
+    await run_until(scheduler, pool, b, {"succeeded", "failed"})
+    await run_until(scheduler, pool, c, {"succeeded", "failed"})

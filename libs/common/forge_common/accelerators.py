@@ -25,15 +25,16 @@ class Profile:
     image_suffix: str  # appended to the trainer image name ("" for the CPU image)
     torch_backend: str  # what torch calls the device
     grades: dict[str, Grade]  # route ("cv", "llm") → grade
+    visibility_env: str | None = None  # the variable that limits a process to some devices ("0,2")
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         Profile("cpu", "any", None, "", "cpu", {"cv": "certified", "llm": "certified"}),
-        Profile("nvidia", "NVIDIA", "nvidia.com/gpu", "-cu", "cuda", {"cv": "compatible", "llm": "compatible"}),
-        Profile("amd", "AMD", "amd.com/gpu", "-rocm", "cuda (HIP)", {"cv": "build-only", "llm": "build-only"}),
-        Profile("intel", "Intel", "gpu.intel.com/xe", "-xpu", "xpu", {"cv": "build-only", "llm": "build-only"}),
+        Profile("nvidia", "NVIDIA", "nvidia.com/gpu", "-cu", "cuda", {"cv": "compatible", "llm": "compatible"}, "CUDA_VISIBLE_DEVICES"),
+        Profile("amd", "AMD", "amd.com/gpu", "-rocm", "cuda (HIP)", {"cv": "build-only", "llm": "build-only"}, "HIP_VISIBLE_DEVICES"),
+        Profile("intel", "Intel", "gpu.intel.com/xe", "-xpu", "xpu", {"cv": "build-only", "llm": "build-only"}, "ZE_AFFINITY_MASK"),
     )
 }
 

@@ -98,10 +98,11 @@ async def insert_attempt(
     resume_from: str | None = None,
     accelerator: str = "cpu",
     deadline_at: datetime | None = None,
+    devices: str | None = None,
 ) -> None:
     await conn.execute(
-        "INSERT INTO attempts (job_id, attempt, executor, run_ref, log_uri, output_uri, resume_from, accelerator, deadline_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO attempts (job_id, attempt, executor, run_ref, log_uri, output_uri, resume_from, accelerator, deadline_at, devices)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         job_id,
         attempt,
         executor,
@@ -111,7 +112,18 @@ async def insert_attempt(
         resume_from,
         accelerator,
         deadline_at,
+        devices,
     )
+
+
+async def devices_in_use(conn: asyncpg.Connection, executor: str, accelerator: str) -> set[int]:
+    """The device indices the executor's unfinished attempts of a profile hold."""
+    rows = await conn.fetch(
+        "SELECT devices FROM attempts WHERE finished_at IS NULL AND executor = $1 AND accelerator = $2 AND devices IS NOT NULL",
+        executor,
+        accelerator,
+    )
+    return {int(i) for r in rows for i in r["devices"].split(",") if i}
 
 
 async def set_handle(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, pid: int | None, pid_started: int | None) -> asyncpg.Record:

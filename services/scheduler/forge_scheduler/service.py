@@ -286,6 +286,7 @@ class Scheduler:
                 error=None,
             )
             log_uri = self.executor.log_uri(run_ref)
+            devices = await self._pick_devices(conn, job)
             await repo.insert_attempt(
                 conn,
                 job_id=job["id"],
@@ -297,9 +298,20 @@ class Scheduler:
                 resume_from=job["resume_from"],
                 accelerator=job["accelerator"],
                 deadline_at=datetime.now(UTC) + timedelta(seconds=time_limit) if time_limit else None,
+                devices=",".join(map(str, devices)) if devices else None,
             )
             await self._status(conn, row, JobState.QUEUED, executor=self.executor.name, log_uri=log_uri, output_uri=output_uri)
         return row
+
+    async def _pick_devices(self, conn: asyncpg.Connection, job: asyncpg.Record) -> list[int]:
+        """Which of this machine's GPUs a local attempt gets (the lowest free ones; admission has
+        checked there are enough). On Kubernetes the device plugin picks: nothing to record."""
+        profile = job["accelerator"]
+        if self.executor.name != "local" or profile == "cpu":
+            return []
+        held = await repo.devices_in_use(conn, self.executor.name, profile)
+        free = [i for i in range(self.slots(profile)) if i not in held]
+        return free[: int(job["spec"].get("devices", 1))]
 
     def command_for(self, job: asyncpg.Record) -> list[str]:
         """The trainer to run for a job: the built-in trainer of its task, the SDK's runner for a
@@ -353,6 +365,7 @@ class Scheduler:
             env=self._trainer_env(job, attempt["run_ref"], input_uri or job["spec"]["dataset"].get("uri"), attempt["resume_from"]),
             accelerator=job["accelerator"],
             devices=int(job["spec"].get("devices", 1)),
+            visible_devices=tuple(int(i) for i in (attempt["devices"] or "").split(",") if i),
             image=job["spec"].get("custom_image"),
             image_pull_secret=job["spec"].get("image_pull_secret"),
             time_limit_seconds=job["spec"].get("time_limit_seconds"),

@@ -23,6 +23,7 @@ class LaunchSpec:
     env: dict[str, str]  # the trainer's environment (object-storage keys only for local processes)
     accelerator: str = "cpu"  # the profile name (forge_common.accelerators.PROFILES)
     devices: int = 1  # accelerators per attempt (ignored for cpu)
+    visible_devices: tuple[int, ...] = ()  # local runs: which of the machine's devices are this attempt's
     image: str | None = None  # a custom trainer image (Kubernetes); None: the built-in image
     image_pull_secret: str | None = None  # the Kubernetes Secret to pull a custom image with
     time_limit_seconds: int | None = None  # after this the attempt fails as deadline_exceeded

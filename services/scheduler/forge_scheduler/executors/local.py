@@ -16,8 +16,10 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+from forge_common.accelerators import PROFILES
 from forge_sdk import protocol
 
 from ..launcher import EXIT_FILE
@@ -69,6 +71,18 @@ def probe_devices(python: str, timeout: float = 120.0) -> tuple[dict[str, int], 
     return {k: int(v) for k, v in found.items()}, ""
 
 
+def visibility(profile: str, indices: tuple[int, ...], parent: Mapping[str, str]) -> dict[str, str]:
+    """The variable that limits a trainer to its devices. Indices count the devices this process
+    sees: when the scheduler itself was limited (``CUDA_VISIBLE_DEVICES=4,5``), they map onto
+    that list, so a trainer given index 1 sees device 5."""
+    var = PROFILES[profile].visibility_env if profile in PROFILES else None
+    if var is None or not indices:
+        return {}
+    mine = [d.strip() for d in parent[var].split(",")] if parent.get(var) else None
+    ids = [mine[i] if mine is not None and i < len(mine) else str(i) for i in indices]
+    return {var: ",".join(ids)}
+
+
 class LocalExecutor:
     name = "local"
 
@@ -109,6 +123,7 @@ class LocalExecutor:
 
     def _launch(self, spec: LaunchSpec) -> Handle:
         run_dir = Path(spec.run_ref)
+        env = {**spec.env, **visibility(spec.accelerator, spec.visible_devices, os.environ)}
         (run_dir / WORK_DIR).mkdir(parents=True, exist_ok=True)
         out = open(run_dir / OUTPUT_FILE, "ab", buffering=0)
         try:
@@ -117,7 +132,7 @@ class LocalExecutor:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=spec.env,
+                env=env,
                 cwd=run_dir,
                 start_new_session=True,
                 close_fds=True,
