@@ -170,13 +170,16 @@ async def test_models_endpoints_answer_when_empty(api: httpx.AsyncClient) -> Non
     assert r.status_code == 404 and r.json()["detail"] == "no model named 'none'"
 
 
-async def report_capacity(pool_url: str, rows: list[tuple[str, str, int, str]]) -> None:
+async def report_capacity(pool_url: str, rows: list[tuple[Any, ...]]) -> None:
     import asyncpg
 
     conn = await asyncpg.connect(pool_url)
     try:
         await conn.execute("DELETE FROM accelerator_capacity")
-        await conn.executemany("INSERT INTO accelerator_capacity (executor, profile, total, detail) VALUES ($1, $2, $3, $4)", rows)
+        rows = [(*r, None) if len(r) == 4 else r for r in rows]  # per_job: the total unless given
+        await conn.executemany(
+            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job) VALUES ($1, $2, $3, $4, $5)", rows
+        )
     finally:
         await conn.close()
 
@@ -208,6 +211,16 @@ async def test_only_allocatable_accelerators_are_offered(
     assert too_many.status_code == 422 and too_many.json()["field"] == "devices"
     unknown = await api.post("/v1/jobs", json={**SPEC, "accelerator": "tpu"})
     assert unknown.status_code == 422 and "profiles: cpu, nvidia, amd, intel" in unknown.json()["detail"]
+    await report_capacity(common_settings.database_url, [("kubernetes", "nvidia", 4, "4 free on 4 nodes", 1)])
+    assert [a["per_job"] for a in (await api.get("/v1/accelerators")).json()] == [1]
+    spread = await api.post("/v1/jobs", json={**SPEC, "accelerator": "nvidia", "devices": 2})
+    assert spread.status_code == 422 and spread.json()["detail"] == (
+        "the job asks for 2 nvidia devices; at most 1 can be allocated on one node (4 in all)"
+    )
+    # the cluster shrank after the 2-device job above queued: it says what it waits for
+    assert (await api.post(f"/v1/jobs/{ok.json()['id']}/start")).status_code == 200
+    waiting = (await api.get(f"/v1/jobs/{ok.json()['id']}")).json()
+    assert waiting["waiting_for"] == "0 jobs ahead on nvidia; needs 2 nvidia devices on one node; at most 1 free on one node"
 
 
 async def test_the_queue_shows_positions_and_what_each_job_waits_for(

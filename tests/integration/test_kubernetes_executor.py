@@ -369,6 +369,7 @@ async def test_capacity_is_allocatable_minus_what_other_workloads_request(fake: 
     tolerant = make_executor(fake, kube_tolerations={"*": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]})
     found = {c.profile: c for c in await tolerant.capacity()}
     assert found["nvidia"].total == 5 and found["cpu"].total == 16 + 8
+    assert found["nvidia"].per_job == 3, "one pod runs on one node: 3 free on gpu-1, 2 on gpu-2"
 
     pinned = make_executor(fake, kube_cpu_slots=2, kube_node_selector={"nvidia": {"pool": "a100"}})
     found = {c.profile: c for c in await pinned.capacity()}

@@ -17,6 +17,7 @@ from forge_common.outbox import OutboxRelay
 from forge_common.settings import CommonSettings
 from forge_common.storage import open_store
 from forge_common.subjects import Subjects
+from forge_scheduler.executors.base import Capacity
 from forge_scheduler.executors.local import LocalExecutor
 from forge_scheduler.service import Scheduler
 from forge_scheduler.settings import SchedulerSettings
@@ -371,3 +372,17 @@ async def test_local_gpu_jobs_each_get_their_own_devices(make_scheduler: Any, po
     assert await seen(c) == ("0", "4")
     await run_until(scheduler, pool, b, {"succeeded", "failed"})
     await run_until(scheduler, pool, c, {"succeeded", "failed"})
+
+
+async def test_a_job_wider_than_any_node_waits_at_the_head_of_its_queue(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(devices={"nvidia": 4})
+    scheduler.capacity = {"nvidia": Capacity("nvidia", 4, "4 free on 4 nodes", per_job=1)}
+    async with pool.acquire() as conn:
+        wide = await insert_job(conn, state="queued", name="wide", attempt=0, devices=2)
+        narrow = await insert_job(conn, state="queued", name="narrow", attempt=0, devices=1)
+        await conn.execute("UPDATE jobs SET accelerator = 'nvidia'")
+    assert await scheduler.admit() == []  # 4 free, but no node has 2: the pod would never schedule
+    scheduler.capacity = {"nvidia": Capacity("nvidia", 4, "2 free on one node", per_job=2)}
+    assert await scheduler.admit() == [wide, narrow]
+    for job in (wide, narrow):
+        await run_until(scheduler, pool, job, {"succeeded"})

@@ -4,7 +4,7 @@ import uuid
 from datetime import datetime
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from forge_common.accelerators import PROFILES
 
@@ -36,6 +36,7 @@ class Accelerator(BaseModel):
     vendor: str
     resource: str | None
     count: int
+    per_job: int = Field(description="The most devices one job can ask for (on Kubernetes: the most free on one node)")
     detail: str
     executor: str
     grades: dict[str, str]
@@ -58,6 +59,7 @@ async def get_accelerators(conn: ConnDep) -> list[Accelerator]:
             vendor=PROFILES[o.profile].vendor,
             resource=PROFILES[o.profile].resource,
             count=o.total,
+            per_job=o.per_job,
             detail=o.detail,
             executor=o.executor,
             grades=dict(PROFILES[o.profile].grades),

@@ -218,6 +218,10 @@ class Scheduler:
         cap = self.capacity.get(profile)
         return cap.total if cap else 0
 
+    def per_job(self, profile: str) -> int:
+        cap = self.capacity.get(profile)
+        return (cap.total if cap.per_job is None else cap.per_job) if cap else 0
+
     async def _status(self, conn: asyncpg.Connection, job: asyncpg.Record, previous: JobState | None, **extra: Any) -> None:
         data = JobStatusChangedData(
             job_id=job["id"],
@@ -249,8 +253,8 @@ class Scheduler:
                     while free > 0:
                         job = await repo.head_of_queue(conn, profile)
                         need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1)) if job else 0
-                        if job is None or need > free:
-                            break  # the head waits for enough devices: no one overtakes it
+                        if job is None or need > free or need > self.per_job(profile):
+                            break  # the head waits for enough devices (on one node): no one overtakes it
                         started.append(await self._start(conn, job))
                         free -= need
             for job in started:

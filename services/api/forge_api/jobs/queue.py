@@ -22,17 +22,19 @@ class Offer:
     total: int
     detail: str
     executor: str
+    per_job: int  # the most devices one job can get (one node's worth on Kubernetes)
 
 
 async def offers(conn: asyncpg.Connection) -> dict[str, Offer]:
     """Profiles some executor can run now (total > 0). Before any scheduler has reported: cpu."""
     rows = await conn.fetch("SELECT * FROM accelerator_capacity ORDER BY executor, profile")
     if not rows:
-        return {"cpu": Offer("cpu", 1, "no scheduler has reported yet", "local")}
+        return {"cpu": Offer("cpu", 1, "no scheduler has reported yet", "local", 1)}
     out: dict[str, Offer] = {}
     for r in rows:
         if r["total"] > 0 and r["profile"] not in out:
-            out[r["profile"]] = Offer(r["profile"], r["total"], r["detail"], r["executor"])
+            per_job = r["total"] if r["per_job"] is None else r["per_job"]
+            out[r["profile"]] = Offer(r["profile"], r["total"], r["detail"], r["executor"], per_job)
     return out
 
 
@@ -48,9 +50,11 @@ async def check_accelerator(conn: asyncpg.Connection, profile: str, devices: int
             f"accelerator {profile!r} is not available here (no allocatable {resource or profile}); available: {names}",
             field="accelerator",
         )
-    if profile != "cpu" and devices > available[profile].total:
+    offer = available[profile]
+    if profile != "cpu" and devices > offer.per_job:
+        where = f" on one node ({offer.total} in all)" if offer.per_job < offer.total else ""
         raise InvalidInput(
-            f"the job asks for {devices} {profile} devices; at most {available[profile].total} can be allocated", field="devices"
+            f"the job asks for {devices} {profile} devices; at most {offer.per_job} can be allocated{where}", field="devices"
         )
 
 
@@ -76,14 +80,21 @@ async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_posit
     if queue_position is None:
         return None
     profile = job["accelerator"]
-    total = (await offers(conn)).get(profile)
-    running = await conn.fetchval("SELECT count(*) FROM jobs WHERE state = 'running' AND accelerator = $1", profile)
+    offer = (await offers(conn)).get(profile)
+    need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1))
+    held = await conn.fetchval(
+        "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
+        " FROM jobs WHERE state = 'running' AND accelerator = $1",
+        profile,
+    )
     ahead = queue_position - 1
     parts = [f"{ahead} job{'s' if ahead != 1 else ''} ahead on {profile}"]
-    if total is None:
+    if offer is None:
         parts.append(f"no allocatable {PROFILES[profile].resource or profile}")
-    elif running >= total.total:
-        parts.append(f"all {total.total} {profile} slot{'s' if total.total != 1 else ''} busy")
+    elif need > offer.per_job:
+        parts.append(f"needs {need} {profile} devices on one node; at most {offer.per_job} free on one node")
+    elif held + need > offer.total:
+        parts.append(f"all {offer.total} {profile} slot{'s' if offer.total != 1 else ''} busy")
     else:
         parts.append("about to start")
     return "; ".join(parts)

@@ -54,6 +54,7 @@ class Capacity:
     profile: str
     total: int
     detail: str = ""
+    per_job: int | None = None  # the most one attempt can get (one node's worth); None: the total
 
 
 class Executor(Protocol):

@@ -717,7 +717,7 @@ class KubernetesExecutor:
             eligible = [rooms[_name(n)] for n in nodes if _name(n) in rooms and node_admits(n, selector, tolerations)]
             found = self._cpu_capacity(eligible) if profile.resource is None else self._device_capacity(profile, eligible)
             if found is not None:
-                out.append(Capacity(found.profile, found.total, found.detail + scope))
+                out.append(Capacity(found.profile, found.total, found.detail + scope, found.per_job))
         return out
 
     async def _busy_pods(self) -> tuple[list[V1Pod], str]:
@@ -764,7 +764,7 @@ class KubernetesExecutor:
             f"{sum(free)} of {allocatable} {profile.resource} free on {len(offering)} node(s) "
             f"(at most {max(free)} on one node; other workloads hold {allocatable - sum(free)})"
         )
-        return Capacity(profile.name, sum(free), detail)
+        return Capacity(profile.name, sum(free), detail, per_job=max(free))  # one pod runs on one node
 
     def _cpu_capacity(self, rooms: list[_NodeRoom]) -> Capacity | None:
         if self.settings.kube_cpu_slots is not None:
