@@ -29,7 +29,6 @@ from forge_log_relay.kubernetes_source import KubernetesSource
 from forge_log_relay.service import LogRelay
 from forge_log_relay.settings import LogRelaySettings
 from forge_scheduler.executors.base import ExitStatus, Handle, LaunchSpec
-from forge_scheduler.executors.kube_fake import FakeKube
 from forge_scheduler.executors.kubernetes import ABSENT_GRACE_SECONDS, LOST_AFTER_SECONDS, KubernetesExecutor, job_name
 from forge_scheduler.service import Scheduler, decide_outcome
 from forge_scheduler.settings import SchedulerSettings
@@ -37,6 +36,7 @@ from forge_sdk.protocol import Epoch, Outcome, Step, format_line, to_json
 
 from .conftest import collect
 from .helpers import insert_attempt, insert_job
+from .kube_fake import FakeKube
 
 NS = "forge"
 UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available."

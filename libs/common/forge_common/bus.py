@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy as JsAckPolicy
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError
 from pydantic import ValidationError
 
 from .errors import PermanentFailure
@@ -158,12 +158,3 @@ async def _dead_letter(msg: Any, subjects: Subjects, consumer: str, exc: BaseExc
         await raw._client.jetstream().publish(subjects.dlq(consumer), raw.data, headers=headers)
     except Exception as pub_exc:  # never lose the original error for the sake of the DLQ
         log.error("%s: could not publish to the dead-letter subject: %s", consumer, pub_exc)
-
-
-async def delete_consumers(js: JetStreamContext, subjects: Subjects) -> None:
-    """Remove every durable consumer of the jobs stream (tests and ``forge stack reset``)."""
-    try:
-        for info in await js.consumers_info(subjects.jobs_stream):
-            await js.delete_consumer(subjects.jobs_stream, info.name)
-    except NotFoundError:
-        pass

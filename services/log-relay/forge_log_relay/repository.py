@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
@@ -56,8 +55,3 @@ async def unfinished_attempts(conn: asyncpg.Connection) -> list[asyncpg.Record]:
         " LEFT JOIN log_cursors c ON c.job_id = a.job_id AND c.attempt = a.attempt"
         " WHERE a.log_uri IS NOT NULL AND c.done IS NOT TRUE ORDER BY a.started_at"
     )
-
-
-async def attempt_finished(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int) -> bool:
-    value: Any = await conn.fetchval("SELECT finished_at FROM attempts WHERE job_id = $1 AND attempt = $2", job_id, attempt)
-    return value is not None

@@ -1,7 +1,7 @@
 """The handful of Kubernetes operations the Kubernetes executor needs, behind one small interface.
 
 Two implementations: ``OfficialKubeClient`` on the official ``kubernetes`` client (its calls block,
-so each runs in a worker thread), and ``kube_fake.FakeKube`` (in memory, driven by tests). Both
+so each runs in a worker thread), and ``tests/integration/kube_fake.FakeKube`` (in memory, driven by tests). Both
 speak the official client's models (``V1Job``, ``V1Pod``, ``V1Node``), so the executor's logic reads
 the same objects in tests as against a cluster. Errors are translated into the few exceptions
 below, so callers never depend on the transport's exception types.

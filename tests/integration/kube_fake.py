@@ -53,7 +53,7 @@ from kubernetes.client import (
 )
 from pydantic import BaseModel
 
-from .kube_client import KubeConflict, KubeError, KubeForbidden
+from forge_scheduler.executors.kube_client import KubeConflict, KubeError, KubeForbidden
 
 TERMINATION_TAIL_LINES = 80  # what FallbackToLogsOnError copies: the last 80 lines or 2048 bytes
 TERMINATION_TAIL_BYTES = 2048
