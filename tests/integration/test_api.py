@@ -252,6 +252,9 @@ async def test_drafts_can_be_edited_and_jobs_duplicated(api: httpx.AsyncClient, 
     edited = await api.patch(f"/v1/jobs/{draft['id']}", json={"hyperparameters": {"epochs": 7, "imgsz": 48}, "name": "renamed"})
     assert edited.status_code == 200, edited.text
     assert edited.json()["name"] == "renamed" and edited.json()["hyperparameters"]["epochs"] == 7 and edited.json()["total_epochs"] == 7
+    for change, field in (({"devices": 0}, "devices"), ({"name": ""}, "name"), ({"dataset": {"x": 1}}, "dataset.name")):
+        r = await api.patch(f"/v1/jobs/{draft['id']}", json=change)  # checked once merged with the stored spec
+        assert r.status_code == 422 and r.json()["field"] == field, r.text
     bad = await api.patch(f"/v1/jobs/{draft['id']}", json={"hyperparameters": {"epochs": 0}})
     assert bad.status_code == 422 and bad.json()["field"] == "hyperparameters.epochs"
     copy = await api.post(f"/v1/jobs/{draft['id']}/duplicate", json={"name": "copy"})

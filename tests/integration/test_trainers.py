@@ -189,3 +189,46 @@ async def test_scripts_never_come_from_the_apis_own_machine_unless_named(
             r = await api.post("/v1/jobs", json={**SPEC, "custom_script_uri": f"http://{host}:{port}/train.py"})
             assert r.status_code == 422 and r.json()["field"] == "custom_script_uri", r.text
             assert "FORGE_API_SCRIPT_ALLOWED_HOSTS" in r.json()["detail"]
+
+
+async def test_a_slow_script_host_holds_no_database_connection(common_settings: Any, sample_dataset: Path) -> None:
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from forge_api.app import create_app
+    from forge_api.settings import ApiSettings
+
+    release, asked = threading.Event(), threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.set()
+            release.wait(30)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(SCRIPT)))
+            self.end_headers()
+            self.wfile.write(SCRIPT)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # two connections: the outbox listener holds one, so a fetch holding the other would stall everyone
+    app = create_app(common_settings.model_copy(update={"db_pool_size": 2}), ApiSettings(script_allowed_hosts="127.0.0.1"))
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+                await upload(api, "shapes", tar_of(sample_dataset))
+                uri = f"http://127.0.0.1:{server.server_port}/train.py"
+                creating = asyncio.create_task(api.post("/v1/jobs", json={**SPEC, "custom_script_uri": uri}))
+                await asyncio.to_thread(asked.wait, 10)
+                listed = await asyncio.wait_for(api.get("/v1/jobs"), 5)  # answered while the script host dawdles
+                assert listed.status_code == 200 and listed.json() == []
+                release.set()
+                created = await creating
+                assert created.status_code == 201, created.text
+    finally:
+        release.set()
+        server.shutdown()

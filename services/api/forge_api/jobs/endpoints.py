@@ -25,9 +25,11 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=Job)
-async def create_job(body: JobCreate, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+async def create_job(body: JobCreate, services: ServicesDep, project: ProjectDep) -> Job:
     """Create a job as a draft, or queue it at once with ``start: true``."""
-    return Job.of(await service.create_job(conn, services, project, body))
+    script = await service.prefetch_script(services, project, body)  # before a connection is taken
+    async with services.pool.acquire() as conn:
+        return Job.of(await service.create_job(conn, services, project, body, script=script))
 
 
 @router.get("", response_model=list[Job])
@@ -68,10 +70,12 @@ async def get_job(job_id: uuid.UUID, services: ServicesDep, conn: ConnDep, proje
 
 
 @router.patch("/{job_id}", response_model=Job)
-async def update_job(job_id: uuid.UUID, body: JobUpdate, services: ServicesDep, conn: ConnDep, project: ProjectDep) -> Job:
+async def update_job(job_id: uuid.UUID, body: JobUpdate, services: ServicesDep, project: ProjectDep) -> Job:
     """Edit a draft, or re-prioritise a queued job."""
     changes = body.model_dump(exclude_unset=True)
-    return await full(conn, await service.update_job(conn, services, project, job_id, changes))
+    script = await service.prefetch_for_update(services, project, job_id, changes)  # before a connection is taken
+    async with services.pool.acquire() as conn:
+        return await full(conn, await service.update_job(conn, services, project, job_id, changes, script))
 
 
 @router.post("/{job_id}/duplicate", status_code=201, response_model=Job)

@@ -40,7 +40,13 @@ PRODUCER = "api"
 
 
 async def resolve_spec(
-    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, body: JobCreate, *, previous: dict[str, Any] | None = None
+    conn: asyncpg.Connection,
+    services: Services,
+    project_id: uuid.UUID,
+    body: JobCreate,
+    *,
+    previous: dict[str, Any] | None = None,
+    script: scripts.Fetched | None = None,
 ) -> tuple[dict[str, Any], asyncpg.Record]:
     """Check every reference and fill in every default; the 422 names the field at fault."""
     dataset, version, latest = await repo.find_dataset_version(conn, project_id, body.dataset.name, body.dataset.version)
@@ -64,7 +70,7 @@ async def resolve_spec(
         )
     base_model = await basemodels.resolve(conn, project_id, body.base_model, body.task)
     await queue.check_accelerator(conn, body.accelerator, body.devices)
-    custom = await _custom_code(conn, services, body, trainer, previous)
+    custom = await _custom_code(conn, services, body, trainer, previous, script)
     spec = {
         "name": body.name,
         "task": body.task.value,
@@ -107,12 +113,49 @@ async def _trainer(conn: asyncpg.Connection, project_id: uuid.UUID, body: JobCre
     return profile
 
 
+def _sources(body: JobCreate, trainer: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """(image, script URI) that replace the built-in trainer, from the job or its trainer's profile."""
+    image = body.custom_image or ((trainer["accelerators"].get(body.accelerator) or {}).get("image") if trainer else None)
+    script_uri = body.custom_script_uri or (trainer.get("script_uri") if trainer and not image else None)
+    return image, script_uri
+
+
+def _kept_script(previous: dict[str, Any] | None, script_uri: str, sha256: str | None) -> dict[str, Any] | None:
+    """An edit or a duplicate keeps the fetched bytes (the source may have changed since)."""
+    kept = (previous or {}).get("custom_script") or {}
+    return kept if kept.get("uri") == script_uri and sha256 in (None, kept.get("sha256")) else None
+
+
+async def prefetch_script(
+    services: Services, project_id: uuid.UUID, body: JobCreate, previous: dict[str, Any] | None = None
+) -> scripts.Fetched | None:
+    """The job's custom script, fetched before the request takes a database connection: a slow
+    script host must not hold one of the pool's few connections for seconds. None when there is
+    nothing to fetch, or when the spec is wrong in a way ``resolve_spec`` will name."""
+    if body.task in (Task.LLM_SFT, Task.VLM_SFT) or (body.custom_image and body.custom_script_uri):
+        return None
+    trainer = None
+    if body.trainer is not None:
+        async with services.pool.acquire() as conn:
+            trainer = await trainers.get_profile(conn, project_id, body.trainer)
+        if trainer is None or body.task.value not in trainer["tasks"] or body.accelerator not in trainer["accelerators"]:
+            return None
+    image, script_uri = _sources(body, trainer)
+    if image or not script_uri or _kept_script(previous, script_uri, body.custom_script_sha256):
+        return None
+    return await scripts.fetch(services, script_uri, body.custom_script_sha256)
+
+
 async def _custom_code(
-    conn: asyncpg.Connection, services: Services, body: JobCreate, trainer: dict[str, Any] | None, previous: dict[str, Any] | None
+    conn: asyncpg.Connection,
+    services: Services,
+    body: JobCreate,
+    trainer: dict[str, Any] | None,
+    previous: dict[str, Any] | None,
+    prefetched: scripts.Fetched | None,
 ) -> dict[str, Any]:
     """The image or script that runs instead of the built-in trainer, checked and pinned."""
-    image = body.custom_image or (trainer["accelerators"][body.accelerator].get("image") if trainer else None)
-    script_uri = body.custom_script_uri or (trainer.get("script_uri") if trainer and not image else None)
+    image, script_uri = _sources(body, trainer)
     if not (image or script_uri):
         return {}
     if body.task in (Task.LLM_SFT, Task.VLM_SFT):
@@ -131,10 +174,12 @@ async def _custom_code(
             )
         return {"custom_image": image, "image_pull_secret": body.image_pull_secret}
     assert script_uri is not None
-    kept = (previous or {}).get("custom_script") or {}
-    if kept.get("uri") == script_uri and body.custom_script_sha256 in (None, kept.get("sha256")):
-        return {"custom_script": kept}  # an edit or a duplicate keeps the fetched bytes (the source may have changed since)
-    fetched = await scripts.fetch(services, script_uri, body.custom_script_sha256)
+    if kept := _kept_script(previous, script_uri, body.custom_script_sha256):
+        return {"custom_script": kept}
+    if prefetched is not None and prefetched.uri == script_uri:
+        fetched = prefetched
+    else:  # not fetched ahead (a caller without ``prefetch_script``, or the profile changed meanwhile)
+        fetched = await scripts.fetch(services, script_uri, body.custom_script_sha256)
     return {"custom_script": {"uri": fetched.uri, "sha256": fetched.sha256, "size": fetched.size, "stored_uri": fetched.stored_uri}}
 
 
@@ -161,13 +206,20 @@ async def _announce_state(conn: asyncpg.Connection, subjects: Subjects, job: asy
 
 
 async def create_job(
-    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, body: JobCreate, *, previous: dict[str, Any] | None = None
+    conn: asyncpg.Connection,
+    services: Services,
+    project_id: uuid.UUID,
+    body: JobCreate,
+    *,
+    previous: dict[str, Any] | None = None,
+    script: scripts.Fetched | None = None,
 ) -> asyncpg.Record:
-    """``previous``: the spec this one is a copy of (its fetched script bytes are reused)."""
+    """``previous``: the spec this one is a copy of (its fetched script bytes are reused);
+    ``script``: what ``prefetch_script`` fetched."""
     subjects = services.subjects
     job_id = uuid.uuid4()
     with telemetry.span("api.create_job", job_id=job_id) as traceparent:
-        spec, version = await resolve_spec(conn, services, project_id, body, previous=previous)
+        spec, version = await resolve_spec(conn, services, project_id, body, previous=previous, script=script)
         state = JobState.QUEUED if body.start else JobState.DRAFT
         async with conn.transaction():
             await repo.insert_job(
@@ -270,8 +322,28 @@ async def duplicate_job(
     return await create_job(conn, services, project_id, body, previous=job["spec"])
 
 
+def _edited(job: asyncpg.Record, changes: dict[str, Any]) -> JobCreate:
+    return JobCreate.model_validate({**spec_fields(job["spec"]), **changes})
+
+
+async def prefetch_for_update(
+    services: Services, project_id: uuid.UUID, job_id: uuid.UUID, changes: dict[str, Any]
+) -> scripts.Fetched | None:
+    """``prefetch_script`` for an edit of a draft (nothing for anything else: ``update_job`` says why)."""
+    async with services.pool.acquire() as conn:
+        job = await get_job(conn, project_id, job_id)
+    if job["state"] != JobState.DRAFT:
+        return None
+    return await prefetch_script(services, project_id, _edited(job, changes), previous=job["spec"])
+
+
 async def update_job(
-    conn: asyncpg.Connection, services: Services, project_id: uuid.UUID, job_id: uuid.UUID, changes: dict[str, Any]
+    conn: asyncpg.Connection,
+    services: Services,
+    project_id: uuid.UUID,
+    job_id: uuid.UUID,
+    changes: dict[str, Any],
+    script: scripts.Fetched | None = None,
 ) -> asyncpg.Record:
     """A draft can change anything; a queued job only its priority."""
     job = await get_job(conn, project_id, job_id)
@@ -286,10 +358,8 @@ async def update_job(
         return await get_job(conn, project_id, job_id)
     if job["state"] != JobState.DRAFT:
         raise Conflict(f"the job is {job['state']}: only a draft can be edited, or a queued job re-prioritised")
-    spec = job["spec"]
-    merged = {**spec_fields(spec), **changes}
-    body = JobCreate.model_validate(merged)
-    new_spec, version = await resolve_spec(conn, services, project_id, body, previous=spec)
+    body = _edited(job, changes)
+    new_spec, version = await resolve_spec(conn, services, project_id, body, previous=job["spec"], script=script)
     if not await repo.update_spec(conn, job_id, JobState(job["state"]), new_spec, version["id"], PRIORITIES[body.priority]):
         raise Conflict("the job changed state meanwhile; read it again")
     return await get_job(conn, project_id, job_id)
