@@ -72,3 +72,27 @@ def test_watch_exits_with_how_the_job_ended(stack: Stack) -> None:
     assert code == 0
     code, out = forge(stack, "jobs", "watch", job["id"])
     assert code == 3, out  # canceled: stopped before its first epoch
+
+
+def test_an_upload_counts_tokens_with_the_tokenizer_named_on_the_command_line(stack: Stack, tmp_path: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from ..unit.datasets import helpers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "what": 1, "is": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    ckpt = tmp_path / "cli-wordy"
+    ckpt.mkdir()
+    tok.save(str(ckpt / "tokenizer.json"))
+    (ckpt / "config.json").write_text('{"model_type": "qwen2"}')
+    save_file({"w": np.zeros((1,), dtype=np.float32)}, str(ckpt / "model.safetensors"))
+    stack.client.post("/v1/base-models", {"name": "cli-wordy", "family": "qwen2", "source": {"kind": "local", "uri": str(ckpt)}})
+    root = helpers.build_sft(tmp_path / "chat")
+    code, out = forge(stack, "datasets", "upload", "cli-chat", str(root), "--tokenizer", "cli-wordy", "--output", "json")
+    assert code == 0, out
+    stats = json.loads(out)["stats"]
+    assert "token" in json.dumps(stats), stats
+    code, out = forge(stack, "datasets", "upload", "cli-chat-2", str(root), "--tokenizer", "nobody")
+    assert code == 2 and "error:" in out

@@ -259,7 +259,12 @@ def test_a_manual_job_ends_deployable_and_deploy_registers_it(stack: Stack) -> N
     assert done["state"] == "succeeded"
     time.sleep(1.0)
     assert stack.job(job["id"])["model"] is None  # manual: nothing registered yet
-    stack.client.post(f"/v1/jobs/{job['id']}/deploy")
+    from typer.testing import CliRunner
+
+    from forge_cli.main import app as cli
+
+    result = CliRunner().invoke(cli, ["jobs", "deploy", job["id"], "--api", stack.url])  # the CLI waits for the registration
+    assert result.exit_code == 0 and "model: manual-one v1" in result.output, result.output
     deployed = stack.wait_model(job["id"])
     assert deployed["model"]["name"] == "manual-one"
     again = stack.client.http.post(f"/v1/jobs/{job['id']}/deploy")

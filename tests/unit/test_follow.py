@@ -57,6 +57,16 @@ def test_a_stopped_job_resumed_while_watched_waits_for_the_new_attempt() -> None
     assert not f.ended and f.registered is None and not f.output_read
 
 
+def test_a_resumed_job_still_in_the_queue_waits_for_its_next_attempt() -> None:
+    f = fold({"state": "queued", "attempt": 1}, FIRST_ATTEMPT)
+    assert f.state == "queued" and not f.ended and not f.output_read and f.registered is None
+    f.feed(*status("running", 2))
+    f.feed(*status("succeeded", 2))
+    assert f.ended and not f.settled
+    f.feed(*REGISTERED)
+    assert f.settled
+
+
 def test_a_finished_resumed_job_settles_on_its_own_registration() -> None:
     f = fold({"state": "succeeded", "attempt": 2}, FIRST_ATTEMPT)
     assert f.ended and not f.settled  # the first attempt's model is not this one's

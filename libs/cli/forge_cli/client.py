@@ -58,10 +58,10 @@ class ForgeClient:
 
     # -- datasets --------------------------------------------------------------------------------
 
-    def upload_version(self, name: str, archive: Path, fmt: str | None = None) -> Any:
+    def upload_version(self, name: str, archive: Path, fmt: str | None = None, tokenizer: str | None = None) -> Any:
         with open(archive, "rb") as fh:
             files = {"file": (archive.name, fh, "application/octet-stream")}
-            data = {"format": fmt} if fmt else {}
+            data = {k: v for k, v in (("format", fmt), ("tokenizer", tokenizer)) if v}
             return self.request("POST", f"/v1/datasets/{name}/versions", files=files, data=data, timeout=None)
 
     # -- streams ---------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ class JobFollower:
             self.job = data
             self.state = data["state"]
             self.attempt = data.get("attempt") or 0
+            if self.state == "queued" and self.attempt > 0:
+                self.attempt += 1  # resumed or retried, not started yet: the next attempt is the one to follow
             self.registration = data.get("registration") or "auto"
             self.caught_up = self.attempt == 0
             return

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from . import samples
 from .client import ApiError, ForgeClient
-from .follow import JobFollower
+from .follow import TERMINAL, JobFollower
 
 app = typer.Typer(help="Forge: train models on immutable dataset versions.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Datasets and their immutable versions.", no_args_is_help=True)
@@ -126,6 +126,9 @@ def datasets_upload(
     name: str,
     path: Path,
     format: Annotated[str | None, typer.Option(help="Declare the format instead of detecting it")] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="A base model (forge base-models list) whose tokenizer counts the token lengths of LLM/VLM data")
+    ] = None,
     create: Annotated[bool, typer.Option(help="Create the dataset if it does not exist")] = True,
     api: ApiOption = "http://127.0.0.1:8000",
     output: OutputOption = "table",
@@ -136,7 +139,7 @@ def datasets_upload(
         with _client(api) as c:
             if create:
                 _ensure_dataset(c, name)
-            version = c.upload_version(name, archive, format)
+            version = c.upload_version(name, archive, format, tokenizer)
     except ApiError as exc:
         raise _fail(exc) from None
     finally:
@@ -170,6 +173,9 @@ def datasets_import(
     name: str,
     uri: str,
     format: Annotated[str | None, typer.Option(help="Declare the format instead of detecting it")] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="A base model (forge base-models list) whose tokenizer counts the token lengths of LLM/VLM data")
+    ] = None,
     create: Annotated[bool, typer.Option(help="Create the dataset if it does not exist")] = True,
     api: ApiOption = "http://127.0.0.1:8000",
     output: OutputOption = "table",
@@ -178,7 +184,7 @@ def datasets_import(
     with connected(api) as c:
         if create:
             _ensure_dataset(c, name)
-        version = c.post(f"/v1/datasets/{name}/imports", {"uri": uri, "format": format})
+        version = c.post(f"/v1/datasets/{name}/imports", {"uri": uri, "format": format, "tokenizer": tokenizer})
     _print(version, output, ["dataset", "version", "format", "tasks", "file_count", "created"])
 
 
@@ -276,6 +282,30 @@ def jobs_duplicate(job_id: str, name: str | None = None, api: ApiOption = "http:
         _print(c.post(f"/v1/jobs/{job_id}/duplicate", {"name": name} if name else None), output, JOB_COLUMNS)
 
 
+@jobs_app.command("deploy")
+def jobs_deploy(
+    job_id: str,
+    wait: Annotated[bool, typer.Option(help="Wait until the model version is registered")] = True,
+    api: ApiOption = "http://127.0.0.1:8000",
+    output: OutputOption = "table",
+) -> None:
+    """Register a succeeded or stopped job's model (jobs with registration: manual). Idempotent."""
+    with connected(api) as c:
+        job = c.post(f"/v1/jobs/{job_id}/deploy")
+        deadline = time.monotonic() + 120
+        while wait and not job.get("model") and time.monotonic() < deadline:
+            time.sleep(0.5)
+            job = c.get(f"/v1/jobs/{job_id}")
+    if output == "json":
+        _print(job, output)
+    elif job.get("model"):
+        console.print(f"model: {job['model']['name']} v{job['model']['version']}")
+    else:
+        console.print(f"registration of {job['name']} requested; `forge jobs show {job_id}` shows its model once registered")
+    if wait and not job.get("model"):
+        raise typer.Exit(1)
+
+
 @jobs_app.command("priority")
 def jobs_priority(job_id: str, priority: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
     """Re-prioritise a queued job (low, normal or high)."""
@@ -311,7 +341,9 @@ def jobs_logs(
     api: ApiOption = "http://127.0.0.1:8000",
 ) -> None:
     with connected(api) as c:
-        if not follow:
+        # A job that has ended reads its output from the database (its stream's history may have
+        # expired); one that runs is followed live.
+        if not follow or c.get(f"/v1/jobs/{job_id}")["state"] in TERMINAL:
             after = 0
             while True:
                 page = c.get(f"/v1/jobs/{job_id}/logs", after=after, limit=5000)
