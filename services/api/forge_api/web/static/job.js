@@ -235,7 +235,7 @@ async function loadFull() {
       $("not-found").textContent = `No job with id ${jobId}.`;
       $("not-found").hidden = false;
       document.title = "Job not found · Forge";
-      source.close();
+      if (source) source.close();
     } else {
       $("stream-status").textContent = `Cannot read the job: ${err.message}`;
     }
@@ -243,7 +243,37 @@ async function loadFull() {
 }
 const refresh = debounce(loadFull, 300);
 
-const source = follow(`/v1/jobs/${encodeURIComponent(jobId)}/events`, {
+// The database keeps a job's curves and output as long as the job exists, while the event
+// stream's history expires (FORGE_BUS_MAX_AGE_DAYS): read them first, then follow the stream,
+// whose replay fills in the rest (points, epochs and lines are keyed, so nothing doubles).
+async function backfill() {
+  const base = `/v1/jobs/${encodeURIComponent(jobId)}`;
+  const [snapshot, metrics] = await Promise.all([api(base), api(`${base}/metrics`)]);
+  const best = snapshot.best_metrics || {};
+  for (const row of metrics.steps) {
+    for (const [name, value] of Object.entries(row)) if (name !== "step" && name !== "epoch") stepChart.add(name, row.step, value);
+  }
+  for (const { epoch, ...values } of metrics.epochs) {
+    for (const [name, value] of Object.entries(values)) epochChart.add(name, epoch, value);
+    const isBest = Object.keys(best).length > 0 && Object.entries(best).every(([k, v]) => values[k] === v);
+    if (!epochs.has(epoch)) epochs.set(epoch, { metrics: values, is_best: isBest });
+    epochsSeen = Math.max(epochsSeen, epoch);
+  }
+  renderEpochs();
+  const attempts = (snapshot.attempts || []).map((a) => a.attempt).sort((a, b) => a - b);
+  for (const attempt of attempts) {
+    let after = 0;
+    while (logCount < MAX_LOG_LINES) {
+      const page = await api(`${base}/logs?attempt=${attempt}&after=${after}&limit=5000`);
+      if (!page.lines.length) break;
+      appendLogs({ attempt, lines: page.lines });
+      after = page.next_after;
+    }
+  }
+}
+
+let source = null;
+backfill().catch(() => {}).finally(() => { source = follow(`/v1/jobs/${encodeURIComponent(jobId)}/events`, {
   snapshot: (data) => {
     job = { ...(job || {}), ...data }; // the full job: attempts, queue position, MLflow link
     renderAll();
@@ -310,7 +340,7 @@ const source = follow(`/v1/jobs/${encodeURIComponent(jobId)}/events`, {
     refresh();
   },
   "deploy-requested": () => refresh(),
-}, $("stream-status"));
+}, $("stream-status")); });
 
 $("btn-resume").addEventListener("click", () => act("resume", "Resume requested: a new attempt is queued."));
 $("btn-start").addEventListener("click", () => act("start", "Started: the job is queued."));
