@@ -386,3 +386,21 @@ async def test_a_job_wider_than_any_node_waits_at_the_head_of_its_queue(make_sch
     assert await scheduler.admit() == [wide, narrow]
     for job in (wide, narrow):
         await run_until(scheduler, pool, job, {"succeeded"})
+
+
+async def test_a_gpu_job_never_starts_unconfined(make_scheduler: Any, pool: asyncpg.Pool) -> None:
+    scheduler = make_scheduler(script=DEVICE_PROBE, devices={"nvidia": 2})
+    async with pool.acquire() as conn:
+        old = await insert_job(conn, state="running", name="from-before", attempt=1)
+        await conn.execute(  # a run started before device indices were recorded: which GPU it holds is unknown
+            "INSERT INTO attempts (job_id, attempt, executor, accelerator, log_uri, output_uri) VALUES ($1, 1, 'local', 'nvidia', 'file:///x', 'file:///y')",
+            old,
+        )
+        new = await insert_job(conn, state="queued", name="new", attempt=0)
+        await conn.execute("UPDATE jobs SET accelerator = 'nvidia'")
+    assert await scheduler.admit() == []  # one GPU is free by count, but not knowably which
+    async with pool.acquire() as conn:
+        await conn.execute("UPDATE attempts SET finished_at = now() WHERE job_id = $1", old)
+        await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", old)
+    assert await scheduler.admit() == [new]
+    await run_until(scheduler, pool, new, {"succeeded", "failed"})

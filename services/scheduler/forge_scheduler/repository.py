@@ -116,13 +116,14 @@ async def insert_attempt(
     )
 
 
-async def devices_in_use(conn: asyncpg.Connection, executor: str, accelerator: str) -> set[int]:
-    """The device indices the executor's unfinished attempts of a profile hold."""
+async def devices_in_use(conn: asyncpg.Connection, executor: str, accelerator: str) -> set[int] | None:
+    """The device indices the executor's unfinished attempts of a profile hold; None when one of
+    them has none recorded (it started before indices were), so which it holds is unknown."""
     rows = await conn.fetch(
-        "SELECT devices FROM attempts WHERE finished_at IS NULL AND executor = $1 AND accelerator = $2 AND devices IS NOT NULL",
-        executor,
-        accelerator,
+        "SELECT devices FROM attempts WHERE finished_at IS NULL AND executor = $1 AND accelerator = $2", executor, accelerator
     )
+    if any(r["devices"] is None for r in rows):
+        return None
     return {int(i) for r in rows for i in r["devices"].split(",") if i}
 
 

@@ -255,7 +255,10 @@ class Scheduler:
                         need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1)) if job else 0
                         if job is None or need > free or need > self.per_job(profile):
                             break  # the head waits for enough devices (on one node): no one overtakes it
-                        started.append(await self._start(conn, job))
+                        devices = await self._pick_devices(conn, job, need)
+                        if devices is None:
+                            break  # the free indices disagree with the count (a run from before indices were recorded)
+                        started.append(await self._start(conn, job, devices))
                         free -= need
             for job in started:
                 try:
@@ -270,7 +273,7 @@ class Scheduler:
                     )
             return [job["id"] for job in started]
 
-    async def _start(self, conn: asyncpg.Connection, job: asyncpg.Record) -> asyncpg.Record:
+    async def _start(self, conn: asyncpg.Connection, job: asyncpg.Record, devices: list[int]) -> asyncpg.Record:
         attempt = job["attempt"] + 1
         run_ref = self.executor.run_ref(str(job["id"]), attempt)
         output_uri = self.store.uri(f"jobs/{job['id']}/{attempt}")
@@ -290,7 +293,6 @@ class Scheduler:
                 error=None,
             )
             log_uri = self.executor.log_uri(run_ref)
-            devices = await self._pick_devices(conn, job)
             await repo.insert_attempt(
                 conn,
                 job_id=job["id"],
@@ -307,15 +309,18 @@ class Scheduler:
             await self._status(conn, row, JobState.QUEUED, executor=self.executor.name, log_uri=log_uri, output_uri=output_uri)
         return row
 
-    async def _pick_devices(self, conn: asyncpg.Connection, job: asyncpg.Record) -> list[int]:
-        """Which of this machine's GPUs a local attempt gets (the lowest free ones; admission has
-        checked there are enough). On Kubernetes the device plugin picks: nothing to record."""
+    async def _pick_devices(self, conn: asyncpg.Connection, job: asyncpg.Record, need: int) -> list[int] | None:
+        """Which of this machine's GPUs a local attempt gets: the lowest free ones, or None when
+        fewer are free than it needs (it must never run unconfined, seeing every GPU). On
+        Kubernetes the device plugin picks: nothing to record."""
         profile = job["accelerator"]
         if self.executor.name != "local" or profile == "cpu":
             return []
         held = await repo.devices_in_use(conn, self.executor.name, profile)
+        if held is None:
+            return None
         free = [i for i in range(self.slots(profile)) if i not in held]
-        return free[: int(job["spec"].get("devices", 1))]
+        return free[:need] if len(free) >= need else None
 
     def command_for(self, job: asyncpg.Record) -> list[str]:
         """The trainer to run for a job: the built-in trainer of its task, the SDK's runner for a
