@@ -95,11 +95,14 @@ async def test_an_event_the_server_can_never_take_does_not_block_the_others(
     pool: asyncpg.Pool, js: Any, common_settings: CommonSettings
 ) -> None:
     subjects = Subjects(common_settings.bus_prefix)
-    before, huge, after = submitted(), submitted(), submitted()
+    before, huge, almost, after = submitted(), submitted(), submitted(), submitted()
+    limit = js._nc.max_payload
     async with pool.acquire() as conn, conn.transaction():
         await outbox.add(conn, subjects, before, producer="test")
         await outbox.add(conn, subjects, huge, producer="test")
         await conn.execute("UPDATE outbox SET body = $1 WHERE event_id = $2", b"x" * (8 * 1024 * 1024), huge.id)
+        await outbox.add(conn, subjects, almost, producer="test")  # under the limit alone, over it with its headers
+        await conn.execute("UPDATE outbox SET body = $1 WHERE event_id = $2", b"x" * (limit - 10), almost.id)
         await outbox.add(conn, subjects, after, producer="test")
     assert await outbox.OutboxRelay(pool, js, producer="test").drain() == 2
     got = [decode(m.data).id for m in await collect(js, f"{subjects.prefix}.job.>", 2)]

@@ -67,19 +67,31 @@ class OutboxRelay:
                 if not rows:
                     return sent
                 for row in rows:
+                    body = bytes(row["body"])
                     try:
-                        await self.js.publish(row["subject"], bytes(row["body"]), headers=row["headers"])
+                        if not self._fits(body, row["headers"]):
+                            raise nats.errors.MaxPayloadError
+                        await self.js.publish(row["subject"], body, headers=row["headers"])
                     except nats.errors.MaxPayloadError:
                         log.error(
                             "outbox (%s): dropped event #%d on %s: %d bytes is over the server's message limit",
                             self.producer,
                             row["seq"],
                             row["subject"],
-                            len(row["body"]),
+                            len(body),
                         )
                         continue
                     sent += 1
                 await conn.execute("DELETE FROM outbox WHERE seq = ANY($1::bigint[])", [r["seq"] for r in rows])
+
+    def _fits(self, body: bytes, headers: dict[str, str] | None) -> bool:
+        """Whether the server will take it: it counts headers and body together (the client's own
+        check counts the body only, and a message the server refuses costs the connection)."""
+        limit = getattr(getattr(self.js, "_nc", None), "max_payload", None)
+        if not limit:
+            return True
+        framing = len("NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
+        return len(body) + framing <= int(limit)
 
     async def run(self) -> None:
         listener = await self.pool.acquire()

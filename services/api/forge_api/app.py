@@ -11,7 +11,6 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from forge_common import bus, db, telemetry
@@ -39,7 +38,7 @@ log = logging.getLogger(__name__)
 PRODUCER = "api"
 
 
-def _first_error(exc: RequestValidationError | ValidationError) -> tuple[str, str]:
+def _first_error(exc: RequestValidationError) -> tuple[str, str]:
     err = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
     field = ".".join(loc)
@@ -93,8 +92,7 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
         return JSONResponse(status_code=exc.status, content=body)
 
     @app.exception_handler(RequestValidationError)
-    @app.exception_handler(ValidationError)  # a request's fields merged with stored ones (PATCH of a draft)
-    async def validation_error(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         field, detail = _first_error(exc)
         return JSONResponse(status_code=422, content={"type": "invalid_input", "detail": detail, "field": field})
 

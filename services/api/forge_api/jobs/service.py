@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import asyncpg
+from pydantic import ValidationError
 
 from forge_common import outbox, telemetry
 from forge_common.errors import Conflict, InvalidInput, NotFound
@@ -176,7 +177,7 @@ async def _custom_code(
     assert script_uri is not None
     if kept := _kept_script(previous, script_uri, body.custom_script_sha256):
         return {"custom_script": kept}
-    if prefetched is not None and prefetched.uri == script_uri:
+    if prefetched is not None and prefetched.uri == script_uri and body.custom_script_sha256 in (None, prefetched.sha256):
         fetched = prefetched
     else:  # not fetched ahead (a caller without ``prefetch_script``, or the profile changed meanwhile)
         fetched = await scripts.fetch(services, script_uri, body.custom_script_sha256)
@@ -184,8 +185,8 @@ async def _custom_code(
 
 
 async def _announce_queued(conn: asyncpg.Connection, subjects: Subjects, job: asyncpg.Record, previous: JobState | None) -> None:
-    """The status first: the outbox publishes in order, and the scheduler reacts to the submission
-    (its "running" must never reach a subscriber before this "queued")."""
+    """The status first: the outbox publishes in order, and the scheduler reacts to the submission,
+    so its "running" follows this "queued" (unless its periodic admission pass got there first)."""
     await _announce_state(conn, subjects, job, previous)
     tp = job["traceparent"]
     submitted = JobSubmitted.of(
@@ -318,12 +319,18 @@ async def duplicate_job(
 ) -> asyncpg.Record:
     """A new draft with the same spec (the same dataset version, base model and script bytes: comparable)."""
     job = await get_job(conn, project_id, job_id)
-    body = JobCreate.model_validate({**spec_fields(job["spec"]), "name": name or job["spec"]["name"], "start": False})
+    body = _edited(job, {"name": name or job["spec"]["name"], "start": False})
     return await create_job(conn, services, project_id, body, previous=job["spec"])
 
 
 def _edited(job: asyncpg.Record, changes: dict[str, Any]) -> JobCreate:
-    return JobCreate.model_validate({**spec_fields(job["spec"]), **changes})
+    """The stored spec with a request's changes, checked as a whole (422 naming the field)."""
+    try:
+        return JobCreate.model_validate({**spec_fields(job["spec"]), **changes})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise InvalidInput(f"{field}: {err['msg']}" if field else err["msg"], field=field or None) from None
 
 
 async def prefetch_for_update(
