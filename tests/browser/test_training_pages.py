@@ -5,6 +5,8 @@ next to the field it names; a draft is duplicated; a failure shows its reason an
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import re
 import shutil
 import urllib.parse
@@ -75,6 +77,18 @@ def watch_points(page: Any, chart: str) -> None:
 
 def seen_points(page: Any, chart: str) -> list[int]:
     return sorted(int(x) for x in page.evaluate("(id) => [...window.__seen[id]]", chart))
+
+
+async def forget_events(stack: Stack, job_id: str) -> None:
+    """What FORGE_BUS_MAX_AGE_DAYS does to an old job: its events leave the stream."""
+    import nats
+
+    prefix = stack.env["FORGE_BUS_PREFIX"]
+    nc = await nats.connect(stack.env["FORGE_NATS_URL"])
+    try:
+        await nc.jetstream().purge_stream(f"{prefix.upper()}_JOBS", subject=f"{prefix}.job.{job_id}.>")
+    finally:
+        await nc.close()
 
 
 def job_id_of(page: Any, leaving: str | None = None) -> str:
@@ -208,6 +222,16 @@ def test_a_job_started_from_the_form_reaches_100_percent_with_growing_curves(web
     jobs.get_by_label("Show jobs in state").select_option("")
     expect(row).to_be_visible()
     screenshot(jobs, "jobs-list")
+
+    # long after: the event stream's retention has dropped the job's history; the page reads the database
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+        pool.submit(asyncio.run, forget_events(web, job_id)).result()
+    later = open_page(f"/jobs/{job_id}")
+    expect(later.locator("#job-state")).to_have_text("succeeded")
+    expect(later.locator("#epoch-body tr")).to_have_count(3)
+    expect(later.locator("#epoch-body")).to_contain_text("★ best")
+    expect(later.locator("#step-chart")).not_to_have_attribute("data-points", "0")
+    expect(later.locator("#log-lines")).to_contain_text("epoch 3/3")
 
 
 def test_stop_after_the_first_epoch_ends_stopped_and_deploy_shows_the_model_everywhere(web: Stack, open_page: OpenPage) -> None:
