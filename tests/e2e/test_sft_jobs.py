@@ -3,7 +3,9 @@ live, and registers its adapter; a VLM job on llava-tiny does the same with imag
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,12 @@ def test_an_llm_job_trains_live_and_registers_its_adapter(stack: Stack, tmp_path
     done = stack.wait_model(job["id"])
     version = stack.client.get(f"/v1/models/capitals-lora/versions/{done['model']['version']}")
     assert "adapter" in version["weights_uri"] and version["base_model"] == "qwen2-tiny"
+    assert {"adapter", "base_model"} <= set(version["files"])  # a from-config base travels with its adapter
+    r = stack.client.http.get(f"/v1/models/capitals-lora/versions/{done['model']['version']}/download", params={"file": "adapter"})
+    assert r.status_code == 200, r.text
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
+        names = set(tar.getnames())
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= names, names
     metrics = stack.client.get(f"/v1/jobs/{job['id']}/metrics")
     assert metrics["epochs"][-1]["eval_loss"] < metrics["epochs"][0]["eval_loss"]
 

@@ -238,3 +238,49 @@ async def test_the_global_stream_can_start_live_without_history(api: httpx.Async
     assert json.loads(item["data"])["subject"] == after["id"]
     r = await api.get("/v1/events", params={"since": "yesterday"})
     assert r.status_code == 422 and r.json()["field"] == "since"
+
+
+async def test_a_version_keeps_its_adapter_folder_and_serves_it_as_a_tar(api: httpx.AsyncClient, common_settings: CommonSettings) -> None:
+    import io
+    import tarfile
+
+    store = open_store(common_settings)
+    pool = await db.connect(common_settings.database_url)
+    try:
+        async with pool.acquire() as conn:
+            job = await insert_job(conn, state="succeeded", name="lora")
+        out = store.location(f"jobs/{job}/1")
+        weights = out.put_bytes("adapter/adapter_model.safetensors", b"s" * 70_000)  # spans several tar blocks
+        out.put_bytes("adapter/adapter_config.json", b'{"r": 8}')
+        out.put_bytes("adapter/tokenizer/tokenizer.json", b"{}")
+        elsewhere = store.location("jobs/someone-else/1").put_bytes("secret.bin", b"not yours")
+        descriptor = {
+            "weights_uri": weights,
+            "adapter_uri": out.uri_of("adapter"),
+            "merged_uri": out.uri_of("merged-was-never-written"),
+            "stolen_uri": elsewhere,  # outside the job's output: ignored
+            "Odd Name_uri": out.uri_of("adapter"),  # not a part name: ignored
+            "method": "lora",
+        }
+        out.put_bytes("lora.metrics.json", json.dumps(descriptor).encode())
+        row = await Registrar(pool, Subjects(common_settings.bus_prefix), None).register(job, 1, out.uri, "lora")
+        assert row is not None and set(row["files"]) == {"adapter", "merged"}
+    finally:
+        await pool.close()
+    version = (await api.get("/v1/models/lora/versions/1")).json()
+    assert version["files"]["adapter"] == out.uri_of("adapter")
+    r = await api.get("/v1/models/lora/versions/1/download", params={"file": "adapter"})
+    assert r.status_code == 200 and r.headers["content-disposition"] == 'attachment; filename="lora-v1-adapter.tar"'
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert got == {
+        "adapter_config.json": b'{"r": 8}',
+        "adapter_model.safetensors": b"s" * 70_000,
+        "tokenizer/tokenizer.json": b"{}",
+    }
+    single = await api.get("/v1/models/lora/versions/1/download", params={"file": "weights"})
+    assert single.status_code == 200 and single.content == b"s" * 70_000
+    gone = await api.get("/v1/models/lora/versions/1/download", params={"file": "merged"})
+    assert gone.status_code == 404 and "missing from object storage" in gone.json()["detail"]
+    unknown = await api.get("/v1/models/lora/versions/1/download", params={"file": "stolen"})
+    assert unknown.status_code == 404 and "(it has: weights, adapter, merged)" in unknown.json()["detail"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tarfile
 import tempfile
 import time
@@ -497,7 +498,9 @@ def models_show(name: str, version: int | None = None, api: ApiOption = "http://
 def models_download(
     name: str,
     version: int,
-    file: Annotated[str, typer.Option(help="onnx or weights")] = "onnx",
+    file: Annotated[
+        str, typer.Option(help="onnx, weights, or a part the version lists under files (adapter, merged, …; folders come as .tar)")
+    ] = "onnx",
     dest: Annotated[Path | None, typer.Option("--to", help="Where to write it")] = None,
     api: ApiOption = "http://127.0.0.1:8000",
 ) -> None:
@@ -509,7 +512,8 @@ def models_download(
             if not r.is_success:
                 r.read()
                 c._check(r)
-            target = dest or Path(f"{name}-v{version}.{'onnx' if file == 'onnx' else 'pt'}")
+            sent = re.search(r'filename="([^"/\\]+)"', r.headers.get("content-disposition", ""))
+            target = dest or Path(sent.group(1) if sent else f"{name}-v{version}-{file}")
             with open(target, "wb") as out:
                 for chunk in r.iter_bytes():
                     out.write(chunk)

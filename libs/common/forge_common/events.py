@@ -246,6 +246,7 @@ class ModelRegisteredData(Payload):
     weights_uri: str | None = None
     onnx_uri: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
+    files: dict[str, str] = Field(default_factory=dict, description="Other parts by name (adapter, merged, …): a file or a folder URI")
 
 
 class ModelRegistered(Event[ModelRegisteredData]):

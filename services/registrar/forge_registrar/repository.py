@@ -38,7 +38,7 @@ async def insert_version(conn: asyncpg.Connection, *, model_id: uuid.UUID, **fie
     version = await conn.fetchval("SELECT COALESCE(max(version), 0) + 1 FROM model_versions WHERE model_id = $1", model_id)
     row = await conn.fetchrow(
         "INSERT INTO model_versions (id, model_id, version, job_id, attempt, artifacts_uri, weights_uri, onnx_uri,"
-        " metrics, dataset_version_id, base_model) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *",
+        " metrics, dataset_version_id, base_model, files) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING *",
         uuid.uuid4(),
         model_id,
         version,
@@ -50,6 +50,7 @@ async def insert_version(conn: asyncpg.Connection, *, model_id: uuid.UUID, **fie
         fields.get("metrics") or {},
         fields.get("dataset_version_id"),
         fields.get("base_model"),
+        fields.get("files") or {},
     )
     assert row is not None
     return row

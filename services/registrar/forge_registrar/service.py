@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -33,6 +34,7 @@ class Artifacts:
     onnx_uri: str | None
     metrics: dict[str, Any] = field(default_factory=dict)
     how: str = "scan"
+    files: dict[str, str] = field(default_factory=dict)  # the descriptor's other *_uri entries: name → file or folder
 
     @property
     def empty(self) -> bool:
@@ -80,6 +82,23 @@ def _inside(location: Location, uri: Any) -> str | None:
     return uri
 
 
+MAX_FILES = 20
+_FILE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def other_files(location: Location, desc: dict[str, Any]) -> dict[str, str]:
+    """The descriptor's other ``<name>_uri`` entries (``adapter_uri``, ``merged_uri``, …) that lie
+    under the job's output: the version keeps them, so they can be downloaded with it."""
+    out: dict[str, str] = {}
+    for key, value in desc.items():
+        name = key.removesuffix("_uri")
+        if key == name or name in ("weights", "onnx") or not _FILE_NAME.match(name) or len(out) >= MAX_FILES:
+            continue
+        if (uri := _inside(location, value)) is not None:
+            out[name] = uri.rstrip("/")
+    return out
+
+
 def bounded_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """The metrics as given when small; else only the top-level numbers (what listings compare)."""
     if len(json.dumps(metrics, default=str)) <= MAX_METRICS_BYTES:
@@ -119,6 +138,7 @@ def find_artifacts(location: Location, artifact_id: str) -> Artifacts:
                     onnx_uri=onnx_uri,
                     metrics=bounded_metrics(got if isinstance(got, dict) else metrics),
                     how="descriptor",
+                    files=other_files(location, desc),
                 )
             log.warning("%s: %s names no weights_uri/onnx_uri; scanning instead", location.uri, descriptor_name)
     weights, onnx = pick(objects)
@@ -192,6 +212,7 @@ class Registrar:
                     weights_uri=artifacts.weights_uri,
                     onnx_uri=artifacts.onnx_uri,
                     metrics=artifacts.metrics,
+                    files=artifacts.files,
                     dataset_version_id=job["dataset_version_id"],
                     base_model=job["base_model"],
                 )
@@ -204,6 +225,7 @@ class Registrar:
                         weights_uri=artifacts.weights_uri,
                         onnx_uri=artifacts.onnx_uri,
                         metrics=artifacts.metrics,
+                        files=artifacts.files,
                     ),
                     source=SOURCE,
                     traceparent=telemetry.current_traceparent() or job["traceparent"],

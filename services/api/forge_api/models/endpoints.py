@@ -3,12 +3,12 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import asyncpg
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import RedirectResponse, StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from forge_common import outbox
 from forge_common.errors import NotFound
@@ -16,6 +16,7 @@ from forge_common.events import ModelVersionDeletionRequested, ModelVersionDelet
 
 from ..deps import ConnDep, ServicesDep
 from ..projects import ProjectDep
+from . import bundle
 from . import repository as repo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -39,6 +40,9 @@ class ModelVersion(BaseModel):
     base_model: str | None
     weights_uri: str | None
     onnx_uri: str | None
+    files: dict[str, str] = Field(
+        default_factory=dict, description="Other parts by name (adapter, merged, base_model, …): download with ?file=<name>"
+    )
     artifacts_uri: str
     metrics: dict[str, Any]
     created_at: datetime
@@ -57,6 +61,7 @@ class ModelVersion(BaseModel):
             base_model=row["base_model"],
             weights_uri=row["weights_uri"],
             onnx_uri=row["onnx_uri"],
+            files=row["files"] or {},
             artifacts_uri=row["artifacts_uri"],
             metrics=row["metrics"],
             created_at=row["created_at"],
@@ -104,24 +109,33 @@ async def download(
     version: Annotated[int, Path(ge=1)],
     services: ServicesDep,
     project: ProjectDep,
-    file: Annotated[Literal["onnx", "weights"], Query(description="Which file")] = "onnx",
+    file: Annotated[str, Query(description="onnx, weights, or one of the version's files (adapter, merged, …)")] = "onnx",
 ) -> RedirectResponse | StreamingResponse:
-    """The model file: a redirect to a presigned URL (S3), or streamed by the api (local store)."""
+    """One part of the version: a file is a redirect to a presigned URL (S3) or streamed by the
+    api (local store); a folder (an adapter, a merged model) is streamed as a .tar of its files."""
     async with services.pool.acquire() as conn:
         row = await repo.get_version(conn, project, name, version)
     if row is None:
         raise NotFound(f"model {name!r} has no version {version}")
-    uri = row["onnx_uri"] if file == "onnx" else row["weights_uri"]
+    parts = {"onnx": row["onnx_uri"], "weights": row["weights_uri"], **dict(sorted((row["files"] or {}).items()))}
+    uri = parts.get(file)
     key = services.store.key_of(uri) if uri else None
     if key is None:
-        raise NotFound(f"model {name!r} version {version} has no {file} file in this store")
-    if (url := services.store.presigned_url(key)) is not None:
-        return RedirectResponse(url, status_code=307)
-    if await services.store.stat(key) is None:
+        have = ", ".join(k for k, v in parts.items() if v) or "nothing"
+        raise NotFound(f"model {name!r} version {version} has no {file} in this store (it has: {have})", field="file")
+    if await services.store.stat(key) is not None:
+        if (url := services.store.presigned_url(key)) is not None:
+            return RedirectResponse(url, status_code=307)
+        return StreamingResponse(
+            services.store.iter_chunks(key),
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{name}-v{version}-{PurePosixPath(key).name}"'},
+        )
+    objects = await services.store.list(key)
+    if not objects:
         raise NotFound(f"{uri} is missing from object storage")
-    filename = PurePosixPath(key).name
     return StreamingResponse(
-        services.store.iter_chunks(key),
-        media_type="application/octet-stream",
-        headers={"Content-Disposition": f'attachment; filename="{name}-v{version}-{filename}"'},
+        bundle.tar_stream(services.store, key, objects),
+        media_type="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="{name}-v{version}-{file}.tar"'},
     )

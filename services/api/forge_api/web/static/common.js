@@ -154,10 +154,14 @@ export function debounce(fn, ms) {
 }
 
 /** Download links of a registered model version. */
-export function downloadLinks(name, version, { onnx = true, weights = true } = {}) {
+export function downloadLinks(name, version, { onnx = true, weights = true, files = {} } = {}) {
   const base = `/v1/models/${encodeURIComponent(name)}/versions/${version}/download`;
   const links = [];
   if (onnx) links.push(el("a", { href: `${base}?file=onnx`, download: "", text: "ONNX" }));
   if (weights) links.push(el("a", { href: `${base}?file=weights`, download: "", text: "Weights" }));
+  // the version's other parts (an adapter folder, a merged model, …): folders arrive as a .tar
+  for (const part of Object.keys(files || {}).sort()) {
+    links.push(el("a", { href: `${base}?file=${encodeURIComponent(part)}`, download: "", text: part.replace(/_/g, " ") }));
+  }
   return el("span", { class: "downloads" }, links);
 }

@@ -148,7 +148,7 @@ async function renderArtifacts() {
     parts.push(el("p", { id: "registered-model" }, "Registered model: ",
       el("a", { href: `/models#model-${encodeURIComponent(name)}`, text: `${name} v${version}` }),
       v ? ` (from the ${v.job_state} job, attempt ${v.attempt})` : ""));
-    parts.push(el("p", {}, "Download: ", downloadLinks(name, version, { onnx: !v || !!v.onnx_uri, weights: !v || !!v.weights_uri })));
+    parts.push(el("p", {}, "Download: ", downloadLinks(name, version, { onnx: !v || !!v.onnx_uri, weights: !v || !!v.weights_uri, files: v ? v.files : {} })));
     if (v && v.artifacts_uri) parts.push(el("p", {}, "Artifacts: ", el("code", { text: v.artifacts_uri })));
   } else if (job.state === "succeeded" || job.state === "stopped") {
     parts.push(el("p", { id: "registered-model" }, job.registration === "manual"

@@ -24,7 +24,7 @@ function versionRow(v) {
       v.attempt > 1 ? ` attempt ${v.attempt}` : ""),
     el("td", { text: v.dataset ? `${v.dataset.name} v${v.dataset.version}` : "—" }),
     el("td", { text: v.base_model || "—" }),
-    el("td", {}, v.onnx_uri || v.weights_uri ? downloadLinks(v.name, v.version, { onnx: !!v.onnx_uri, weights: !!v.weights_uri }) : "—"),
+    el("td", {}, v.onnx_uri || v.weights_uri ? downloadLinks(v.name, v.version, { onnx: !!v.onnx_uri, weights: !!v.weights_uri, files: v.files }) : "—"),
   );
 }
 
