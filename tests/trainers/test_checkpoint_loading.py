@@ -42,3 +42,27 @@ def test_a_checkpoint_holding_pickled_code_is_refused_with_the_reason(tmp_path: 
     with pytest.raises(TrainerError) as caught:
         load_checkpoint(torch.nn.Linear(4, 2), tmp_path, Logged())  # type: ignore[arg-type]
     assert caught.value.reason == "bad_config" and "holds more than tensors" in str(caught.value)
+
+
+def test_a_checkpoint_changed_since_its_registration_is_refused(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from forge_sdk.storage import location_from_uri
+    from forge_trainers import pool
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"model_type": "qwen2"}')
+    (ckpt / "model.safetensors").write_bytes(b"weights v1")
+    registered = location_from_uri(str(ckpt)).content_digest()  # what the api records when it is registered
+    run = SimpleNamespace(env=SimpleNamespace(s3=None), work_dir=tmp_path / "work", lines=[])
+    run.log = run.lines.append
+    spec = pool.BaseModelSpec(name="mine", family="qwen2", kind="local", uri=str(ckpt), digest=registered)
+    assert pool.fetch(run, spec) == ckpt  # type: ignore[arg-type]
+    assert run.lines[-1].startswith("base model mine: checkpoint matches its registered digest")
+    (ckpt / "model.safetensors").write_bytes(b"weights v2")  # someone retrained into the same folder
+    with pytest.raises(TrainerError) as caught:
+        pool.fetch(run, spec)  # type: ignore[arg-type]
+    assert caught.value.reason == "bad_config" and "changed since it was registered" in str(caught.value)
+    unpinned = pool.BaseModelSpec(name="mine", family="qwen2", kind="local", uri=str(ckpt))
+    assert pool.fetch(run, unpinned) == ckpt  # type: ignore[arg-type]  # nothing recorded, nothing to compare

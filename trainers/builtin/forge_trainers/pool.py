@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_sdk import Run, TrainerError
-from forge_sdk.storage import LocalStore, location_from_uri
+from forge_sdk.storage import LocalStore, Location, location_from_uri
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class BaseModelSpec:
     uri: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     tokenizer: dict[str, Any] | None = None
+    digest: str | None = None  # what the checkpoint hashed to when it was registered
 
 
 def spec_of(run: Run) -> BaseModelSpec:
@@ -46,6 +47,7 @@ def spec_of(run: Run) -> BaseModelSpec:
         uri=source.get("uri"),
         config=dict(source.get("config") or {}),
         tokenizer=source.get("tokenizer"),
+        digest=raw.get("digest"),
     )
 
 
@@ -68,13 +70,33 @@ def fetch(run: Run, spec: BaseModelSpec) -> Path | str | None:
         folder = location.store.path(location.prefix)
         if not folder.is_dir():
             raise TrainerError("bad_config", f"base model {spec.name!r}: {folder} does not exist on this machine")
+        verify(run, spec, location)
         return folder
     dest = run.work_dir / "base-model"
     if not (dest / ".complete").exists():
+        verify(run, spec, location)
         run.log(f"fetching base model {spec.name} from {spec.uri}")
         location.download_to(dest)
         (dest / ".complete").touch()
     return dest
+
+
+def verify(run: Run, spec: BaseModelSpec, location: Location) -> None:
+    """The checkpoint must be the one registered: a job (and its rerun) trains from exactly the
+    bytes the pool entry pinned, or fails saying the checkpoint changed."""
+    if not spec.digest:
+        return
+    try:
+        digest = location.content_digest()
+    except Exception as exc:
+        raise TrainerError("bad_config", f"base model {spec.name!r}: cannot read {spec.uri}: {exc}") from None
+    if digest != spec.digest:
+        raise TrainerError(
+            "bad_config",
+            f"base model {spec.name!r} changed since it was registered: {spec.uri} now hashes to {digest[:12]}…, "
+            f"registered as {spec.digest[:12]}…; register the new checkpoint under a new name (or restore the old files)",
+        )
+    run.log(f"base model {spec.name}: checkpoint matches its registered digest {digest[:12]}…")
 
 
 def weights_file(folder: Path) -> Path:

@@ -10,6 +10,7 @@ every key and URI.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import os
 import shutil
 import tempfile
@@ -344,6 +345,23 @@ class Location:
     def list(self) -> list[ObjectInfo]:
         """Objects under the prefix, keys relative to it."""
         return [ObjectInfo(key=self.relative(o.key), size=o.size, etag=o.etag) for o in self.store.list(self.prefix)]
+
+    def content_digest(self, listing: builtins.list[ObjectInfo] | None = None) -> str:
+        """sha256 over (path, size, content) of every object, by path: the content is the file's
+        sha256 on a local store and the object's ETag in S3. A base model's registration records
+        it; a trainer compares before it trusts the checkpoint (a rerun sees the same bytes)."""
+        total = hashlib.sha256()
+        for obj in sorted(self.list() if listing is None else listing, key=lambda o: o.key):
+            if isinstance(self.store, LocalStore):
+                h = hashlib.sha256()
+                with self.store.open(self.key(obj.key)) as fh:
+                    while chunk := fh.read(1 << 20):
+                        h.update(chunk)
+                content = h.hexdigest()
+            else:
+                content = obj.etag or ""
+            total.update(f"{obj.key}\t{obj.size}\t{content}\n".encode())
+        return total.hexdigest()
 
     def download_to(self, dest: Path) -> Path:
         """Copy every object to a local folder, keeping the relative paths; returns the folder."""

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any
 
 from forge_common.basemodels import Family
 from forge_common.errors import InvalidInput
-from forge_sdk.storage import LocalStore, Location, StorageError
+from forge_sdk.storage import Location, StorageError
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -43,22 +42,6 @@ def _safetensors_ok(location: Location, name: str) -> str | None:
     if not isinstance(header, dict) or not any(isinstance(v, dict) and "dtype" in v for v in header.values()):
         return "has no tensors in its header"
     return None
-
-
-def _digest(location: Location, objects: list[dict[str, Any]]) -> str:
-    """sha256 over (path, size, content digest); in S3 the content digest is the object's ETag."""
-    total = hashlib.sha256()
-    for obj in objects:
-        if isinstance(location.store, LocalStore):
-            h = hashlib.sha256()
-            with location.store.open(location.key(obj["path"])) as fh:
-                while chunk := fh.read(1 << 20):
-                    h.update(chunk)
-            content = h.hexdigest()
-        else:
-            content = str(obj.get("etag") or "")
-        total.update(f"{obj['path']}\t{obj['size']}\t{content}\n".encode())
-    return total.hexdigest()
 
 
 def check(location: Location, family: Family) -> Checked:
@@ -98,4 +81,4 @@ def check(location: Location, family: Family) -> Checked:
         if name.endswith(".safetensors") and (problem := _safetensors_ok(location, name)):
             raise InvalidInput(f"{location.uri}/{name} {problem}", field="source.uri")
     objects = [{"path": o.key, "size": o.size, **({"etag": o.etag} if o.etag else {})} for o in sorted(listing, key=lambda o: o.key)]
-    return Checked(files=objects, size_bytes=sum(o.size for o in listing), digest=_digest(location, objects), warnings=warnings)
+    return Checked(files=objects, size_bytes=sum(o.size for o in listing), digest=location.content_digest(listing), warnings=warnings)
