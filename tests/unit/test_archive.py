@@ -123,3 +123,17 @@ def test_duplicate_names_are_refused(tmp_path: Path) -> None:
 def test_a_name_that_is_both_a_file_and_a_folder_is_refused(tmp_path: Path, order: list[str]) -> None:
     archive = make_tar(tmp_path / "a.tar.gz", [(name, b"x") for name in order])
     refused(archive, tmp_path / "out", "'cats' is a file and also a folder")
+
+
+def _folder(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+def test_folder_entries_become_folders_so_an_empty_class_reaches_validation(tmp_path: Path) -> None:
+    archive = make_tar(tmp_path / "a.tar.gz", [_folder("cats"), ("cats/1.png", b"x"), _folder("dogs")])
+    assert [m.name for m in extract(archive, tmp_path / "o", LIMITS)] == ["cats/1.png"]
+    assert (tmp_path / "o" / "dogs").is_dir() and not any((tmp_path / "o" / "dogs").iterdir())
+    refused(make_tar(tmp_path / "b.tar.gz", [("cats", b"x"), _folder("cats")]), tmp_path / "p", "is a file and also a folder")
+    refused(make_tar(tmp_path / "c.tar.gz", [_folder(f"d{i}") for i in range(101)]), tmp_path / "q", "more than 100 files")

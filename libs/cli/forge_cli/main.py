@@ -117,8 +117,8 @@ def _archive(path: Path) -> tuple[Path, bool]:
     os.close(fd)
     with tarfile.open(tmp, "w:gz") as tar:
         for item in sorted(path.rglob("*")):
-            if item.is_file() and not item.is_symlink():
-                tar.add(item, arcname=item.relative_to(path).as_posix())
+            if (item.is_file() or item.is_dir()) and not item.is_symlink():  # folders too: an empty class folder is reported
+                tar.add(item, arcname=item.relative_to(path).as_posix(), recursive=False)
     return Path(tmp), True
 
 

@@ -1,8 +1,9 @@
 """Uploaded archives are untrusted: every member is checked before anything is written.
 
 Refused: absolute paths, ``..`` components, links (symbolic or hard), devices and other special
-files, more files or more unpacked bytes than the configured limits. Only regular files are
-written, one by one, to paths built from the checked names.
+files, more entries or more unpacked bytes than the configured limits. Only regular files are
+written, one by one, to paths built from the checked names; folder entries become folders (an
+empty one is something validation reports).
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ def _check_name(raw: str) -> str | None:
     return "/".join(parts)
 
 
-def _unique(members: list[Member]) -> None:
+def _unique(members: list[Member], declared_folders: list[str]) -> None:
     """No name twice (case-insensitively: stores and laptops differ), and no name that is both a
-    file and a folder (``a`` and ``a/b``) — it could not be unpacked."""
+    file and a folder (``a`` and ``a/b``, or ``a`` and a folder entry ``a/``) — it could not be unpacked."""
     seen: set[str] = set()
     for m in members:
         key = m.name.lower()
@@ -57,6 +58,7 @@ def _unique(members: list[Member]) -> None:
             raise InvalidInput(f"archive has the file {m.name!r} twice", field="file")
         seen.add(key)
     folders = {"/".join(m.name.lower().split("/")[:i]) for m in members for i in range(1, m.name.count("/") + 1)}
+    folders |= {f.lower() for f in declared_folders}
     for m in members:
         if m.name.lower() in folders:
             raise InvalidInput(f"archive member {m.name!r} is a file and also a folder of other members", field="file")
@@ -97,13 +99,16 @@ def kind_of(path: Source) -> str:
     raise InvalidInput("the upload is not a .zip, .tar or .tar.gz archive", field="file")
 
 
-def _zip_members(zf: zipfile.ZipFile, limits: Limits) -> list[tuple[Member, zipfile.ZipInfo]]:
-    out = []
+def _zip_members(zf: zipfile.ZipFile, limits: Limits, folders: list[str]) -> list[tuple[Member, zipfile.ZipInfo]]:
+    out: list[tuple[Member, zipfile.ZipInfo]] = []
     total = 0
     for info in zf.infolist():
         kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the archiver recorded no file type
         name = _check_name(info.filename)
         if info.is_dir():
+            if name is not None:
+                folders.append(name)
+                _within(limits, len(out) + len(folders), total)
             continue
         if kind == stat.S_IFLNK:
             raise InvalidInput(f"archive member {info.filename!r} is a link; links are not allowed", field="file")
@@ -113,16 +118,19 @@ def _zip_members(zf: zipfile.ZipFile, limits: Limits) -> list[tuple[Member, zipf
             continue
         total += info.file_size
         out.append((Member(name, info.file_size), info))
-        _within(limits, len(out), total)
+        _within(limits, len(out) + len(folders), total)
     return out
 
 
-def _tar_members(tf: tarfile.TarFile, limits: Limits) -> list[tuple[Member, tarfile.TarInfo]]:
-    out = []
+def _tar_members(tf: tarfile.TarFile, limits: Limits, folders: list[str]) -> list[tuple[Member, tarfile.TarInfo]]:
+    out: list[tuple[Member, tarfile.TarInfo]] = []
     total = 0
     for info in tf:
         name = _check_name(info.name)
         if info.isdir():
+            if name is not None:
+                folders.append(name)
+                _within(limits, len(out) + len(folders), total)
             continue
         if info.issym() or info.islnk():
             raise InvalidInput(f"archive member {info.name!r} is a link; links are not allowed", field="file")
@@ -132,7 +140,7 @@ def _tar_members(tf: tarfile.TarFile, limits: Limits) -> list[tuple[Member, tarf
             continue
         total += info.size
         out.append((Member(name, info.size), info))
-        _within(limits, len(out), total)
+        _within(limits, len(out) + len(folders), total)
     return out
 
 
@@ -161,6 +169,7 @@ def _extract(path: Source, dest: Path, limits: Limits) -> list[Member]:
     kind = kind_of(path)
     dest.mkdir(parents=True, exist_ok=True)
     written: list[Member] = []
+    folders: list[str] = []  # folder entries: an empty one (a class without images) must reach validation
     total = 0
 
     def target(member: Member) -> Path:
@@ -171,16 +180,16 @@ def _extract(path: Source, dest: Path, limits: Limits) -> list[Member]:
     try:
         if kind == "zip":
             with zipfile.ZipFile(_rewind(path)) as zf:
-                members = _zip_members(zf, limits)
-                _unique([m for m, _ in members])
+                members = _zip_members(zf, limits, folders)
+                _unique([m for m, _ in members], folders)
                 for member, info in members:
                     with zf.open(info) as src, open(target(member), "wb") as out:
                         total += _copy(src, out, member, limits.max_bytes - total)
                     written.append(member)
         else:
             with _open_tar(path) as tf:
-                tar_members = _tar_members(tf, limits)
-                _unique([m for m, _ in tar_members])
+                tar_members = _tar_members(tf, limits, folders)
+                _unique([m for m, _ in tar_members], folders)
                 for member, tinfo in tar_members:
                     src = tf.extractfile(tinfo)
                     if src is None:
@@ -190,4 +199,6 @@ def _extract(path: Source, dest: Path, limits: Limits) -> list[Member]:
                     written.append(member)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as exc:
         raise InvalidInput(f"the archive is damaged: {exc}", field="file") from None
+    for folder in folders:
+        (dest / folder).mkdir(parents=True, exist_ok=True)
     return written

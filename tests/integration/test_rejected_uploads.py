@@ -1,0 +1,133 @@
+"""Every malformed dataset and every archive attack, uploaded through the api: a 422 that names
+the problem exactly, and nothing stored — no version, no object, no scratch file left behind."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from forge_common.settings import CommonSettings
+
+from ..unit.datasets.test_malformed import CASES, Case
+
+ERRORS = [c for c in CASES if c.severity == "error"]
+
+
+def tar_of(folder: Path) -> bytes:
+    """The folder as users archive it: folders included (an empty class folder is a problem too)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for p in sorted(folder.rglob("*")):
+            tar.add(p, arcname=p.relative_to(folder).as_posix(), recursive=False)
+    return buf.getvalue()
+
+
+async def assert_nothing_stored(api: httpx.AsyncClient, settings: CommonSettings) -> None:
+    assert (await api.get("/v1/datasets/broken/versions")).json() == []
+    assert not [p for p in settings.objects_dir.rglob("*") if p.is_file()], "an object was written"
+    scratch = settings.home / "tmp"
+    assert not scratch.exists() or not [p for p in scratch.rglob("*") if p.is_file()], "an upload was left in scratch space"
+
+
+async def post(api: httpx.AsyncClient, data: bytes, name: str = "data.tar.gz", fmt: str | None = None) -> httpx.Response:
+    await api.post("/v1/datasets", json={"name": "broken"})
+    return await api.post("/v1/datasets/broken/versions", files={"file": (name, data)}, data={"format": fmt} if fmt else {})
+
+
+def test_the_table_covers_at_least_thirty_problems() -> None:
+    assert len(ERRORS) + len(ATTACKS) >= 30
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=[c.id for c in ERRORS])
+async def test_a_malformed_dataset_is_refused_exactly_and_stores_nothing(
+    api: httpx.AsyncClient, common_settings: CommonSettings, tmp_path: Path, case: Case
+) -> None:
+    case.build(tmp_path / "d")
+    r = await post(api, tar_of(tmp_path / "d"), fmt=case.declared)
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["type"] == "invalid_input"
+    errors = body["report"]["errors"]
+    assert any(e["file"] == case.file and e.get("line") == case.line and case.message in e["message"] for e in errors), errors
+    await assert_nothing_stored(api, common_settings)
+
+
+def _tar(members: list[tarfile.TarInfo | tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for m in members:
+            if isinstance(m, tarfile.TarInfo):
+                tar.addfile(m)
+            else:
+                info = tarfile.TarInfo(m[0])
+                info.size = len(m[1])
+                tar.addfile(info, io.BytesIO(m[1]))
+    return buf.getvalue()
+
+
+def _zip(members: list[tuple[str | zipfile.ZipInfo, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members:
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _link(kind: bytes, target: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo("cats/link.png")
+    info.type, info.linkname = kind, target
+    return info
+
+
+def _zip_symlink() -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo("cats/link.png")
+    info.external_attr = 0o120777 << 16
+    return info
+
+
+def _fifo() -> tarfile.TarInfo:
+    info = tarfile.TarInfo("cats/pipe")
+    info.type = tarfile.FIFOTYPE
+    return info
+
+
+_GOOD = _tar([(f"cats/{i}.png", bytes(500)) for i in range(5)])
+
+ATTACKS: dict[str, tuple[bytes, str, str]] = {
+    "tar-traversal": (_tar([("cats/ok.png", b"x"), ("../evil.png", b"x")]), "a.tar.gz", "path traversal"),
+    "zip-traversal": (_zip([("cats/../../evil.png", b"x")]), "a.zip", "path traversal"),
+    "tar-absolute": (_tar([("/etc/passwd", b"x")]), "a.tar.gz", "absolute path"),
+    "zip-absolute": (_zip([("C:/windows/x.png", b"x")]), "a.zip", "absolute path"),
+    "tar-symlink": (_tar([_link(tarfile.SYMTYPE, "/etc/passwd")]), "a.tar.gz", "is a link"),
+    "tar-hardlink": (_tar([_link(tarfile.LNKTYPE, "cats/other.png")]), "a.tar.gz", "is a link"),
+    "zip-symlink": (_zip([(_zip_symlink(), b"/etc/passwd")]), "a.zip", "is a link"),
+    "tar-fifo": (_tar([_fifo()]), "a.tar.gz", "not a regular file"),
+    "too-many-files": (_tar([(f"cats/{i}.png", b"x") for i in range(51)]), "a.tar.gz", "more than 50 files"),
+    "too-many-bytes": (_zip([("cats/big.bin", b"0" * 20_001)]), "a.zip", "more than 20000 bytes"),
+    "not-an-archive": (b"hello, not an archive", "a.tar.gz", "not a .zip, .tar or .tar.gz archive"),
+    "damaged": (_GOOD[: len(_GOOD) // 2], "a.tar.gz", "damaged"),
+    "duplicate-names": (_tar([("cats/1.png", b"x"), ("cats/1.png", b"y")]), "a.tar.gz", "twice"),
+    "file-and-folder": (_tar([("cats", b"x"), ("cats/1.png", b"x")]), "a.tar.gz", "is a file and also a folder"),
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+async def test_an_archive_attack_is_refused_before_anything_is_written(
+    common_settings: CommonSettings, tmp_path: Path, attack: str
+) -> None:
+    from forge_api.app import create_app
+    from forge_api.settings import ApiSettings
+
+    data, filename, message = ATTACKS[attack]
+    app = create_app(common_settings, ApiSettings(max_archive_files=50, max_extracted_bytes=20_000))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+            r = await post(api, data, filename)
+            assert r.status_code == 422 and message in r.json()["detail"], r.text
+            await assert_nothing_stored(api, common_settings)
+    assert not (tmp_path.parent / "evil.png").exists()
