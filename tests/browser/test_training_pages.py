@@ -201,6 +201,10 @@ def test_a_job_started_from_the_form_reaches_100_percent_with_growing_curves(web
     onnx = page.locator("#artifacts a", has_text="ONNX")
     assert onnx.get_attribute("href") == "/v1/models/browser-vit/versions/1/download?file=onnx"
     assert page.request.get(onnx.get_attribute("href")).status == 200
+    page.get_by_text("Output files").click()  # everything the trainer wrote, each a download
+    output_onnx = page.locator("#output-files a", has_text=re.compile(r"model\.onnx$"))
+    expect(output_onnx).to_be_visible()
+    assert page.request.get(output_onnx.get_attribute("href")).status == 200
     expect(page.locator("#best-metrics")).to_contain_text("top1")
     expect(page.locator("#summary")).to_contain_text("timm/test_vit")
     expect(page.locator("#log-lines")).to_contain_text("epoch 3/3", timeout=30_000)

@@ -284,3 +284,41 @@ async def test_a_version_keeps_its_adapter_folder_and_serves_it_as_a_tar(api: ht
     assert gone.status_code == 404 and "missing from object storage" in gone.json()["detail"]
     unknown = await api.get("/v1/models/lora/versions/1/download", params={"file": "stolen"})
     assert unknown.status_code == 404 and "(it has: weights, adapter, merged)" in unknown.json()["detail"]
+
+
+async def test_a_jobs_outputs_are_listed_and_downloadable_before_registration(
+    api: httpx.AsyncClient, common_settings: CommonSettings
+) -> None:
+    import io
+    import tarfile
+
+    pool = await db.connect(common_settings.database_url)
+    try:
+        async with pool.acquire() as conn:
+            job = await finished_job(conn, common_settings, "succeeded")  # manual: nothing registered
+        out = open_store(common_settings).location(f"jobs/{job}/1")
+        out.put_bytes("checkpoints/best/model.pt", b"best")
+        out.put_bytes("split.json", b'{"train": [], "val": []}')
+        async with pool.acquire() as conn:
+            await conn.execute("UPDATE jobs SET output_uri = $2 WHERE id = $1", job, out.uri)
+        async with pool.acquire() as conn:
+            empty = await insert_job(conn, state="queued", name="not-started")
+    finally:
+        await pool.close()
+    listed = (await api.get(f"/v1/jobs/{job}/files")).json()
+    assert listed["uri"] == out.uri and not listed["truncated"]
+    assert {f["path"]: f["size"] for f in listed["files"]} == {"checkpoints/best/model.pt": 4, "model.onnx": 4, "split.json": 24}
+    one = await api.get(f"/v1/jobs/{job}/files/model.onnx")
+    assert one.status_code == 200 and one.content == b"onnx"
+    folder = await api.get(f"/v1/jobs/{job}/files/checkpoints")
+    assert folder.status_code == 200 and folder.headers["content-disposition"] == 'attachment; filename="checkpoints.tar"'
+    with tarfile.open(fileobj=io.BytesIO(folder.content)) as tar:
+        assert tar.getnames() == ["best/model.pt"]
+    assert (await api.get(f"/v1/jobs/{job}/files/checkpoints", params={"attempt": 1})).status_code == 200
+    assert (await api.get(f"/v1/jobs/{job}/files/model.onnx", params={"attempt": 7})).json()["field"] == "attempt"
+    escape = await api.get(f"/v1/jobs/{job}/files/checkpoints/..%2F..%2Fother")
+    assert escape.status_code == 422 and "not a path inside" in escape.json()["detail"]
+    missing = await api.get(f"/v1/jobs/{job}/files/nope.bin")
+    assert missing.status_code == 404 and "has no output 'nope.bin'" in missing.json()["detail"]
+    none_yet = await api.get(f"/v1/jobs/{empty}/files")
+    assert none_yet.status_code == 404 and "no outputs yet" in none_yet.json()["detail"]

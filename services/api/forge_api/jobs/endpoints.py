@@ -7,19 +7,19 @@ from typing import Annotated
 
 import asyncpg
 from fastapi import APIRouter, Header, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from sse_starlette.sse import EventSourceResponse
 
-from forge_common.errors import NotFound
+from forge_common.errors import InvalidInput, NotFound
 from forge_common.settings import CommonSettings
 from forge_common.states import JobState
 
-from .. import streams
+from .. import downloads, streams
 from ..deps import ConnDep, ServicesDep
 from ..projects import ProjectDep
 from . import queue, service
 from . import repository as repo
-from .schemas import Attempt, Duplicate, Job, JobCreate, JobUpdate, LogLineOut, Logs, Metrics
+from .schemas import Attempt, Duplicate, Job, JobCreate, JobFile, JobFiles, JobUpdate, LogLineOut, Logs, Metrics
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -139,6 +139,57 @@ async def get_metrics(job_id: uuid.UUID, conn: ConnDep, project: ProjectDep) -> 
         row.setdefault("epoch", r["epoch"])
         row[r["name"]] = r["value"]
     return Metrics(steps=[rows["step"][k] for k in sorted(rows["step"])], epochs=[rows["epoch"][k] for k in sorted(rows["epoch"])])
+
+
+MAX_LISTED_FILES = 1000
+
+
+async def _output_key(conn: asyncpg.Connection, services: ServicesDep, project: ProjectDep, job_id: uuid.UUID, attempt: int | None) -> str:
+    job = await service.get_job(conn, project, job_id)
+    uri = job["output_uri"]
+    if attempt is not None:
+        uri = await conn.fetchval("SELECT output_uri FROM attempts WHERE job_id = $1 AND attempt = $2", job_id, attempt)
+        if uri is None:
+            raise NotFound(f"job {job_id} has no attempt {attempt}", field="attempt")
+    key = services.store.key_of(uri) if uri else None
+    if key is None:
+        raise NotFound(f"job {job_id} has no outputs yet (they appear once its trainer starts)")
+    return key
+
+
+@router.get("/{job_id}/files", response_model=JobFiles)
+async def list_files(
+    job_id: uuid.UUID,
+    services: ServicesDep,
+    conn: ConnDep,
+    project: ProjectDep,
+    attempt: Annotated[int | None, Query(ge=1, description="Default: the latest attempt")] = None,
+) -> JobFiles:
+    """What the trainer wrote (checkpoints, weights, ONNX, metrics, the split), downloadable
+    before and without registration."""
+    key = await _output_key(conn, services, project, job_id, attempt)
+    objects = await services.store.list(key)
+    root = key.rstrip("/") + "/"
+    files = [JobFile(path=o.key.removeprefix(root), size=o.size) for o in objects[:MAX_LISTED_FILES]]
+    return JobFiles(uri=services.store.uri(key), files=files, truncated=len(objects) > MAX_LISTED_FILES)
+
+
+@router.get("/{job_id}/files/{path:path}", response_model=None)
+async def download_file(
+    job_id: uuid.UUID,
+    path: str,
+    services: ServicesDep,
+    conn: ConnDep,
+    project: ProjectDep,
+    attempt: Annotated[int | None, Query(ge=1, description="Default: the latest attempt")] = None,
+) -> RedirectResponse | StreamingResponse:
+    """One of the job's output files, or a folder of them as a .tar."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts or "\\" in path:
+        raise InvalidInput(f"{path!r} is not a path inside the job's outputs", field="path")
+    key = await _output_key(conn, services, project, job_id, attempt)
+    rel = "/".join(parts)
+    return await downloads.respond(services.store, f"{key}/{rel}", parts[-1], missing=f"job {job_id} has no output {rel!r}")
 
 
 @router.get("/{job_id}/split")

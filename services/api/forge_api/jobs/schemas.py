@@ -140,6 +140,17 @@ class Logs(BaseModel):
     next_after: int = Field(description="Pass as ?after= to get the lines that follow")
 
 
+class JobFile(BaseModel):
+    path: str = Field(description="Relative to the attempt's outputs; GET /v1/jobs/{id}/files/{path} downloads it")
+    size: int
+
+
+class JobFiles(BaseModel):
+    uri: str = Field(description="Where the attempt's outputs are")
+    files: list[JobFile]
+    truncated: bool = Field(description="More files exist than are listed")
+
+
 class Metrics(BaseModel):
     steps: list[dict[str, int | float]] = Field(description="One row per step: step, epoch and each metric")
     epochs: list[dict[str, int | float]] = Field(description="One row per completed epoch: epoch and each metric")

@@ -14,9 +14,9 @@ from forge_common import outbox
 from forge_common.errors import NotFound
 from forge_common.events import ModelVersionDeletionRequested, ModelVersionDeletionRequestedData
 
+from .. import downloads
 from ..deps import ConnDep, ServicesDep
 from ..projects import ProjectDep
-from . import bundle
 from . import repository as repo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
@@ -123,19 +123,5 @@ async def download(
     if key is None:
         have = ", ".join(k for k, v in parts.items() if v) or "nothing"
         raise NotFound(f"model {name!r} version {version} has no {file} in this store (it has: {have})", field="file")
-    if await services.store.stat(key) is not None:
-        if (url := services.store.presigned_url(key)) is not None:
-            return RedirectResponse(url, status_code=307)
-        return StreamingResponse(
-            services.store.iter_chunks(key),
-            media_type="application/octet-stream",
-            headers={"Content-Disposition": f'attachment; filename="{name}-v{version}-{PurePosixPath(key).name}"'},
-        )
-    objects = await services.store.list(key)
-    if not objects:
-        raise NotFound(f"{uri} is missing from object storage")
-    return StreamingResponse(
-        bundle.tar_stream(services.store, key, objects),
-        media_type="application/x-tar",
-        headers={"Content-Disposition": f'attachment; filename="{name}-v{version}-{file}.tar"'},
-    )
+    filename = f"{name}-v{version}-{PurePosixPath(key).name}"
+    return await downloads.respond(services.store, key, filename, missing=f"{uri} is missing from object storage")

@@ -138,6 +138,37 @@ async function versionOf(name, version) {
   return versions.get(key);
 }
 
+// Every file the trainer wrote, downloadable before (and without) registration; read when opened.
+function outputFiles() {
+  const list = el("ul", { id: "output-files", class: "files" });
+  const details = el("details", {}, el("summary", { text: "Output files" }), list);
+  details.addEventListener("toggle", async () => {
+    if (!details.open) return;
+    fill(list, el("li", { class: "muted", text: "Reading…" }));
+    try {
+      const base = `/v1/jobs/${encodeURIComponent(jobId)}/files`;
+      const got = await api(base);
+      const items = got.files.map((f) => el("li", {},
+        el("a", { href: `${base}/${f.path.split("/").map(encodeURIComponent).join("/")}`, download: "", text: f.path }),
+        el("span", { class: "muted", text: ` ${fmtBytes(f.size)}` })));
+      if (got.truncated) items.push(el("li", { class: "muted", text: "… more files than are listed here" }));
+      fill(list, items.length ? items : el("li", { class: "muted", text: "No files yet." }));
+    } catch (err) {
+      fill(list, el("li", { class: "muted", text: `Cannot list the outputs: ${err.message}` }));
+    }
+  });
+  return details;
+}
+
+const filesBox = outputFiles();
+
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
 async function renderArtifacts() {
   const box = $("artifacts");
   const parts = [];
@@ -157,7 +188,10 @@ async function renderArtifacts() {
   } else if (job.state === "canceled") {
     parts.push(el("p", { class: "muted", text: "Canceled before its first completed epoch: nothing was kept." }));
   }
-  if (job.output_uri) parts.push(el("p", {}, "Outputs: ", el("code", { text: job.output_uri })));
+  if (job.output_uri) {
+    parts.push(el("p", {}, "Outputs: ", el("code", { text: job.output_uri })));
+    parts.push(filesBox); // the same element each time: re-rendering must not close it
+  }
   for (const u of uploads) {
     const where = u.uri === job.output_uri ? "" : u.uri;
     parts.push(el("p", { class: "muted" }, `Attempt ${u.attempt} uploaded its artifacts (${u.outcome})${where ? ": " : "."}`, where ? el("code", { text: where }) : ""));
