@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from forge_cli.samples import shapes
@@ -84,6 +85,14 @@ def test_an_sdk_script_from_a_web_server_trains_live_and_stops_with_its_model(s3
     # registered precisely, by the script's <artifact>.metrics.json
     assert version["weights_uri"].startswith("s3://") and version["weights_uri"].endswith("/model.pt")
     assert version["metrics"]["classes"] == 3 and version["onnx_uri"] is None
+    # from S3 the api hands out a presigned URL instead of streaming the bytes itself
+    where = f"/v1/models/{done['model']['name']}/versions/{done['model']['version']}/download"
+    redirect = s3_stack.client.http.get(where, params={"file": "weights"}, follow_redirects=False)
+    assert redirect.status_code == 307 and "X-Amz-Signature=" in redirect.headers["location"]
+    fetched = httpx.get(redirect.headers["location"], timeout=30)
+    assert fetched.status_code == 200 and fetched.content  # the weights, straight from object storage
+    outputs = s3_stack.client.http.get(f"/v1/jobs/{job['id']}/files/model.pt", follow_redirects=True)
+    assert outputs.status_code == 200 and outputs.content == fetched.content
 
 
 def test_an_sdk_script_from_the_s3_api_runs_to_success(s3_stack: Stack, s3_server: dict[str, str]) -> None:

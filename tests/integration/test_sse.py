@@ -119,3 +119,17 @@ async def test_unknown_jobs_are_404_before_any_stream(server: str) -> None:
     async with httpx.AsyncClient(base_url=server) as client:
         r = await client.get(f"/v1/jobs/{uuid.uuid4()}/events")
         assert r.status_code == 404 and r.json()["type"] == "not_found"
+
+
+async def test_the_global_stream_resumes_after_its_last_event_id(server: str, sample_dataset: Any) -> None:
+    async with httpx.AsyncClient(base_url=server, timeout=20) as client:
+        await client.post("/v1/datasets", json={"name": "shapes"})
+        await client.post("/v1/datasets/shapes/versions", files={"file": ("d.tar.gz", tar_of(sample_dataset))})
+        spec = {"task": "classification", "dataset": {"name": "shapes", "version": 1}, "base_model": "timm/test_vit"}
+        jobs = [(await client.post("/v1/jobs", json={**spec, "name": f"g{i}"})).json()["id"] for i in range(4)]  # drafts: one status each
+        first = await read_events(client, "/v1/events", 4)
+        assert [e[2]["subject"] for e in first] == jobs and all(e[0] == "status" for e in first)
+        resumed = await read_events(client, "/v1/events", 2, headers={"Last-Event-ID": str(first[1][1])})  # dropped after the second
+        assert [e[2]["subject"] for e in resumed] == jobs[2:]
+        from_seq = await read_events(client, f"/v1/events?since={first[2][1]}", 1)
+        assert [e[2]["subject"] for e in from_seq] == jobs[3:]
