@@ -30,6 +30,16 @@ def checkpoint(
     return folder
 
 
+def torch_file(folder: Path, data: bytes | None = None) -> Path:
+    """A checkpoint whose weights are a PyTorch file (``data`` replaces what torch.save wrote)."""
+    checkpoint(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({"w": torch.zeros(2, 2)}, folder / "pytorch_model.bin")
+    if data is not None:
+        (folder / "pytorch_model.bin").write_bytes(data)
+    return folder
+
+
 def entry(name: str, uri: str, family: str = "qwen2") -> dict[str, Any]:
     return {"name": name, "family": family, "source": {"kind": "local", "uri": uri}, "license": "test"}
 
@@ -56,6 +66,8 @@ async def test_a_checked_local_checkpoint_joins_the_pool_with_its_digest(api: ht
     assert again.status_code == 409
     assert [m["name"] for m in (await api.get("/v1/base-models", params={"task": "llm-sft"})).json()].count("my-qwen") == 1
     assert (await api.delete("/v1/base-models/my-qwen")).status_code == 204
+    pytorch = await api.post("/v1/base-models", json=entry("my-qwen-bin", str(torch_file(tmp_path / "bin"))))
+    assert pytorch.status_code == 201, pytorch.text
     assert (await api.delete("/v1/base-models/qwen2-tiny")).status_code == 409  # shipped entries stay
 
 
@@ -69,6 +81,7 @@ async def test_a_checked_local_checkpoint_joins_the_pool_with_its_digest(api: ht
         (lambda p: checkpoint(p, weights=b"abc"), "qwen2", "source.uri", "shorter than a safetensors header"),
         (lambda p: checkpoint(p, model_type="llava"), "llava", "source.uri", "has no image processor"),
         (lambda p: p, "qwen2", "source.uri", "is not a folder"),
+        (lambda p: torch_file(p, b"<html>404 Not Found</html>"), "qwen2", "source.uri", "pytorch_model.bin is not a PyTorch checkpoint"),
     ],
 )
 async def test_a_broken_checkpoint_is_refused_naming_the_problem(
@@ -119,3 +132,47 @@ async def test_tasks_describe_formats_families_metrics_and_defaults(api: httpx.A
     props = tasks["classification"]["hyperparameters"]["properties"]
     assert props["epochs"]["default"] == 100 and props["imgsz"]["default"] == 640 and props["batch"]["default"] == 16
     assert tasks["llm-sft"]["hyperparameters"]["properties"]["method"]["enum"] == ["full", "lora", "qlora"]
+
+
+async def test_a_checkpoint_in_object_storage_is_checked_and_pinned_by_its_etags(
+    s3_server: dict[str, str], nats_url: str, fresh_database_url: str, tmp_path: Path
+) -> None:
+    import uuid
+
+    from forge_api.app import create_app
+    from forge_api.settings import ApiSettings
+    from forge_common.settings import CommonSettings
+    from forge_common.storage import open_store
+
+    settings = CommonSettings(
+        nats_url=nats_url,
+        database_url=fresh_database_url,
+        bus_prefix=f"t{uuid.uuid4().hex[:8]}",
+        home=tmp_path,
+        s3_endpoint=s3_server["endpoint"],
+        s3_access_key=s3_server["access_key"],
+        s3_secret_key=s3_server["secret_key"],
+        s3_bucket=f"bm{uuid.uuid4().hex[:8]}",
+    )
+    store = open_store(settings)
+    good = store.location("pool/qwen")
+    good.upload_tree(checkpoint(tmp_path / "good"))
+    broken = store.location("pool/no-tokenizer")
+    broken.upload_tree(checkpoint(tmp_path / "broken", tokenizer=False))
+    app = create_app(settings, ApiSettings())
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+            body = {"name": "s3-qwen", "family": "qwen2", "source": {"kind": "s3", "uri": good.uri}}
+            r = await api.post("/v1/base-models", json=body)
+            assert r.status_code == 201, r.text
+            assert r.json()["digest"] == good.content_digest() and {f["path"] for f in r.json()["files"]} >= {
+                "config.json",
+                "model.safetensors",
+            }
+            assert all(f.get("etag") for f in r.json()["files"])  # S3 content is pinned by ETag, without reading it
+            bad = await api.post("/v1/base-models", json={**body, "name": "s3-broken", "source": {"kind": "s3", "uri": broken.uri}})
+            assert bad.status_code == 422 and "has no tokenizer" in bad.json()["detail"]
+            missing = await api.post(
+                "/v1/base-models", json={**body, "name": "s3-missing", "source": {"kind": "s3", "uri": store.uri("pool/none")}}
+            )
+            assert missing.status_code == 422 and "holds no files" in missing.json()["detail"]

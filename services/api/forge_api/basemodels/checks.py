@@ -1,6 +1,8 @@
 """Before a checkpoint joins the pool, check that it is what it claims — without loading it
 (the api has no torch): the files a family needs are there, ``config.json`` names the family's
-``model_type``, every ``.safetensors`` file has a valid header, and a digest pins the content."""
+``model_type``, every ``.safetensors`` file has a valid header, every PyTorch file
+(``.bin``/``.pt``/``.pth``/``.ckpt``) starts like what ``torch.save`` writes, and a digest pins the
+content."""
 
 from __future__ import annotations
 
@@ -25,6 +27,15 @@ class Checked:
     size_bytes: int
     digest: str
     warnings: list[str]
+
+
+def _torch_file_ok(location: Location, name: str) -> str | None:
+    """``torch.save`` writes a zip archive (or, before PyTorch 1.6, a pickle): anything else —
+    text, an HTML error page saved by a failed download, a truncated file — cannot load."""
+    head = location.read_head(name, 4)
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+        return None
+    return "is not a PyTorch checkpoint (neither the zip archive nor the pickle torch.save writes)"
 
 
 def _safetensors_ok(location: Location, name: str) -> str | None:
@@ -78,7 +89,8 @@ def check(location: Location, family: Family) -> Checked:
     if family.needs_processor and not top & set(PROCESSOR_FILES):
         raise InvalidInput(f"{location.uri} has no image processor ({' or '.join(PROCESSOR_FILES)})", field="source.uri")
     for name in weights:
-        if name.endswith(".safetensors") and (problem := _safetensors_ok(location, name)):
+        problem = _safetensors_ok(location, name) if name.endswith(".safetensors") else _torch_file_ok(location, name)
+        if problem:
             raise InvalidInput(f"{location.uri}/{name} {problem}", field="source.uri")
     objects = [{"path": o.key, "size": o.size, **({"etag": o.etag} if o.etag else {})} for o in sorted(listing, key=lambda o: o.key)]
     return Checked(files=objects, size_bytes=sum(o.size for o in listing), digest=location.content_digest(listing), warnings=warnings)

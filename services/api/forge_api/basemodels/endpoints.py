@@ -5,7 +5,7 @@ from typing import Any
 
 import asyncpg
 from fastapi import APIRouter, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from forge_common.basemodels import BaseModelIn
 from forge_common.jobspec import Task
@@ -27,13 +27,17 @@ class BaseModelOut(BaseModel):
     description: str
     size_bytes: int | None
     digest: str | None
+    files: list[dict[str, Any]] = Field(
+        default_factory=list, description="What the checkpoint held when registered: path, size (and ETag in S3)"
+    )
     builtin: bool
     created_at: datetime
     warnings: list[str] = []
 
     @classmethod
     def of(cls, row: asyncpg.Record, warnings: list[str] | None = None) -> BaseModelOut:
-        return cls(**{k: row[k] for k in cls.model_fields if k != "warnings"}, warnings=warnings or [])
+        fields = {k: row[k] for k in cls.model_fields if k not in ("warnings", "files")}
+        return cls(**fields, files=row["files"] or [], warnings=warnings or [])
 
 
 @router.get("", response_model=list[BaseModelOut])
