@@ -44,6 +44,15 @@ def test_a_user_trains_a_model_from_the_command_line(stack: Stack, tmp_path: Pat
     assert code == 0 and "epoch 2/2:" in out  # a finished job: its whole output, then it returns
     code, out = forge(stack, "models", "download", "cli-vit", "1", "--to", str(tmp_path / "m.onnx"))
     assert code == 0 and (tmp_path / "m.onnx").stat().st_size > 1000
+    code, out = forge(stack, "models", "show", "cli-vit", "--version", "1", "--output", "json")
+    assert code == 0 and json.loads(out)["dataset"] == {"name": "cli-shapes", "version": 1}, out
+    code, out = forge(stack, "datasets", "show", "cli-shapes", "--version", "1", "--output", "json")
+    assert code == 0 and json.loads(out)["format"] == "imagenet-folder", out
+    code, out = forge(stack, "jobs", "duplicate", job["id"], "--name", "cli-vit-again", "--output", "json")
+    copy = json.loads(out)
+    assert code == 0 and copy["state"] == "draft" and copy["name"] == "cli-vit-again"
+    code, out = forge(stack, "jobs", "show", copy["id"], "--output", "json")
+    assert code == 0 and json.loads(out)["hyperparameters"]["epochs"] == 2
     for command in (["queue"], ["accelerators"], ["base-models", "list", "--task", "detection"], ["models", "list"], ["datasets", "list"]):
         code, out = forge(stack, *command)
         assert code == 0, (command, out)
@@ -88,7 +97,10 @@ def test_an_upload_counts_tokens_with_the_tokenizer_named_on_the_command_line(st
     tok.save(str(ckpt / "tokenizer.json"))
     (ckpt / "config.json").write_text('{"model_type": "qwen2"}')
     save_file({"w": np.zeros((1,), dtype=np.float32)}, str(ckpt / "model.safetensors"))
-    stack.client.post("/v1/base-models", {"name": "cli-wordy", "family": "qwen2", "source": {"kind": "local", "uri": str(ckpt)}})
+    code, out = forge(stack, "base-models", "add", "cli-wordy", "--family", "qwen2", "--source", str(ckpt), "--output", "json")
+    assert code == 0 and len(json.loads(out)["digest"]) == 64, out
+    code, out = forge(stack, "base-models", "add", "cli-wordy", "--family", "qwen2", "--source", str(ckpt))
+    assert code == 2 and "already" in out
     root = helpers.build_sft(tmp_path / "chat")
     code, out = forge(stack, "datasets", "upload", "cli-chat", str(root), "--tokenizer", "cli-wordy", "--output", "json")
     assert code == 0, out

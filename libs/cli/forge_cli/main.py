@@ -473,8 +473,9 @@ def base_models_add(
     with connected(api) as c:
         entry = c.post("/v1/base-models", {"name": name, "family": family, "source": src, "license": license, "description": description})
     _print(entry, output, ["name", "family", "tasks", "size_bytes", "digest"])
-    for warning in entry.get("warnings", []):
-        console.print(f"[yellow]warning[/yellow] {warning}")
+    if output != "json":  # JSON carries them in "warnings" (and must stay parseable)
+        for warning in entry.get("warnings", []):
+            console.print(f"[yellow]warning[/yellow] {warning}")
 
 
 # ---- models -------------------------------------------------------------------------------------------
