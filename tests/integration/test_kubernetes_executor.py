@@ -376,6 +376,20 @@ async def test_capacity_is_allocatable_minus_what_other_workloads_request(fake: 
     assert found["cpu"].total == 2 and "nvidia" not in found  # no node carries the label the profile asks for
 
 
+async def test_a_wide_attempt_needs_one_node_with_room_not_room_in_sum() -> None:
+    fake = FakeKube()
+    for node in ("gpu-a", "gpu-b"):
+        fake.add_node(node, {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4", "pods": "110"})
+    executor = make_executor(fake)
+    for i, node in enumerate(("gpu-a", "gpu-b")):  # two of Forge's 2-GPU attempts, spread over the nodes
+        _, name = await launch(executor, job_id=f"half-{i}", accelerator="nvidia", devices=2)
+        fake.schedule(name, node)
+        fake.start(name)
+    (nvidia,) = [c for c in await executor.capacity() if c.profile == "nvidia"]
+    assert (nvidia.total, nvidia.per_job) == (8, 4)  # what can ever run: a 4-GPU job is accepted
+    assert nvidia.per_job_now == 2  # what can start now: it waits until a node is whole again
+
+
 async def test_capacity_without_cluster_wide_pod_access_says_so(fake: FakeKube) -> None:
     fake.forbid_cluster_wide = True
     fake.add_pod("other", "inference", node="gpu-1", requests={"nvidia.com/gpu": "1"})

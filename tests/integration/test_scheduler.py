@@ -382,6 +382,8 @@ async def test_a_job_wider_than_any_node_waits_at_the_head_of_its_queue(make_sch
         narrow = await insert_job(conn, state="queued", name="narrow", attempt=0, devices=1)
         await conn.execute("UPDATE jobs SET accelerator = 'nvidia'")
     assert await scheduler.admit() == []  # 4 free, but no node has 2: the pod would never schedule
+    scheduler.capacity = {"nvidia": Capacity("nvidia", 4, "a node can hold 4", per_job=4, per_job_now=1)}
+    assert await scheduler.admit() == []  # it could run, but no node has 2 free right now
     scheduler.capacity = {"nvidia": Capacity("nvidia", 4, "2 free on one node", per_job=2)}
     assert await scheduler.admit() == [wide, narrow]
     for job in (wide, narrow):

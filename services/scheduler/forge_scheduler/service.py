@@ -219,8 +219,13 @@ class Scheduler:
         return cap.total if cap else 0
 
     def per_job(self, profile: str) -> int:
+        """The most devices one attempt can get now: one node's worth (what the executor saw at
+        its last capacity refresh)."""
         cap = self.capacity.get(profile)
-        return (cap.total if cap.per_job is None else cap.per_job) if cap else 0
+        if cap is None:
+            return 0
+        most = cap.total if cap.per_job is None else cap.per_job
+        return most if cap.per_job_now is None else min(most, cap.per_job_now)
 
     async def _status(self, conn: asyncpg.Connection, job: asyncpg.Record, previous: JobState | None, **extra: Any) -> None:
         data = JobStatusChangedData(

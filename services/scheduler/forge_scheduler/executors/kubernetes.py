@@ -710,14 +710,20 @@ class KubernetesExecutor:
         nodes = await self.client.list_nodes()
         pods, scope = await self._busy_pods()
         rooms = self._rooms(nodes, pods)
+        rooms_now = self._rooms(nodes, pods, with_own=True)
         out = []
         for profile in PROFILES.values():
             selector = node_selector_for(self.settings, profile.name)
             tolerations = tolerations_for(self.settings, profile.name)
-            eligible = [rooms[_name(n)] for n in nodes if _name(n) in rooms and node_admits(n, selector, tolerations)]
+            admitted = [_name(n) for n in nodes if _name(n) in rooms and node_admits(n, selector, tolerations)]
+            eligible = [rooms[n] for n in admitted]
             found = self._cpu_capacity(eligible) if profile.resource is None else self._device_capacity(profile, eligible)
-            if found is not None:
-                out.append(Capacity(found.profile, found.total, found.detail + scope, found.per_job))
+            if found is None:
+                continue
+            per_job_now = None
+            if profile.resource is not None:  # where a wide attempt could start now, Forge's own pods included
+                per_job_now = max((int(rooms_now[n].free(profile.resource)) for n in admitted), default=0)
+            out.append(Capacity(found.profile, found.total, found.detail + scope, found.per_job, per_job_now))
         return out
 
     async def _busy_pods(self) -> tuple[list[V1Pod], str]:
@@ -730,7 +736,7 @@ class KubernetesExecutor:
             pods = await self.client.list_pods(self.namespace, field_selector=selector)
             return pods, " (pods of other namespaces not counted: the scheduler may not list them)"
 
-    def _rooms(self, nodes: list[V1Node], pods: list[V1Pod]) -> dict[str, _NodeRoom]:
+    def _rooms(self, nodes: list[V1Node], pods: list[V1Pod], *, with_own: bool = False) -> dict[str, _NodeRoom]:
         rooms = {
             n.metadata.name: _NodeRoom(
                 n.metadata.name, {k: _quantity(v) for k, v in ((n.status.allocatable if n.status else None) or {}).items()}, {}
@@ -740,7 +746,7 @@ class KubernetesExecutor:
         }
         for pod in pods:
             node = pod.spec.node_name if pod.spec else None
-            if node not in rooms or self._is_own(pod):
+            if node not in rooms or (self._is_own(pod) and not with_own):
                 continue  # Forge's own attempts are counted by the scheduler as running jobs
             if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
                 continue
