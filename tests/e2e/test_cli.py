@@ -84,19 +84,9 @@ def test_watch_exits_with_how_the_job_ended(stack: Stack) -> None:
 
 
 def test_an_upload_counts_tokens_with_the_tokenizer_named_on_the_command_line(stack: Stack, tmp_path: Path) -> None:
-    import numpy as np
-    from safetensors.numpy import save_file
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     from ..unit.datasets import helpers
 
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "what": 1, "is": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    ckpt = tmp_path / "cli-wordy"
-    ckpt.mkdir()
-    tok.save(str(ckpt / "tokenizer.json"))
-    (ckpt / "config.json").write_text('{"model_type": "qwen2"}')
-    save_file({"w": np.zeros((1,), dtype=np.float32)}, str(ckpt / "model.safetensors"))
+    ckpt = helpers.wordy_checkpoint(tmp_path / "cli-wordy")
     code, out = forge(stack, "base-models", "add", "cli-wordy", "--family", "qwen2", "--source", str(ckpt), "--output", "json")
     assert code == 0 and len(json.loads(out)["digest"]) == 64, out
     code, out = forge(stack, "base-models", "add", "cli-wordy", "--family", "qwen2", "--source", str(ckpt))

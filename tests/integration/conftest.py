@@ -20,6 +20,20 @@ from forge_common.subjects import Subjects
 
 
 @pytest.fixture
+def s3_settings(s3_server: dict[str, str], common_settings: CommonSettings) -> CommonSettings:
+    """The test's settings with object storage on the S3 API (a bucket of its own)."""
+    import uuid
+
+    return CommonSettings(
+        **{k: getattr(common_settings, k) for k in ("nats_url", "database_url", "bus_prefix", "home")},
+        s3_endpoint=s3_server["endpoint"],
+        s3_access_key=s3_server["access_key"],
+        s3_secret_key=s3_server["secret_key"],
+        s3_bucket=f"t{uuid.uuid4().hex[:10]}",
+    )
+
+
+@pytest.fixture
 async def pool(common_settings: CommonSettings) -> AsyncIterator[Any]:
     p = await db.connect(common_settings.database_url)
     yield p

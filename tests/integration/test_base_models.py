@@ -134,26 +134,12 @@ async def test_tasks_describe_formats_families_metrics_and_defaults(api: httpx.A
     assert tasks["llm-sft"]["hyperparameters"]["properties"]["method"]["enum"] == ["full", "lora", "qlora"]
 
 
-async def test_a_checkpoint_in_object_storage_is_checked_and_pinned_by_its_etags(
-    s3_server: dict[str, str], nats_url: str, fresh_database_url: str, tmp_path: Path
-) -> None:
-    import uuid
-
+async def test_a_checkpoint_in_object_storage_is_checked_and_pinned_by_its_etags(s3_settings: Any, tmp_path: Path) -> None:
     from forge_api.app import create_app
     from forge_api.settings import ApiSettings
-    from forge_common.settings import CommonSettings
     from forge_common.storage import open_store
 
-    settings = CommonSettings(
-        nats_url=nats_url,
-        database_url=fresh_database_url,
-        bus_prefix=f"t{uuid.uuid4().hex[:8]}",
-        home=tmp_path,
-        s3_endpoint=s3_server["endpoint"],
-        s3_access_key=s3_server["access_key"],
-        s3_secret_key=s3_server["secret_key"],
-        s3_bucket=f"bm{uuid.uuid4().hex[:8]}",
-    )
+    settings = s3_settings
     store = open_store(settings)
     good = store.location("pool/qwen")
     good.upload_tree(checkpoint(tmp_path / "good"))

@@ -4,7 +4,6 @@ size limits, and deletion guarded by lineage."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +50,7 @@ async def test_a_declared_format_is_checked_as_that_format(api: httpx.AsyncClien
 
 
 async def test_token_lengths_are_counted_with_a_pool_tokenizer(api: httpx.AsyncClient, tmp_path: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "what": 1, "is": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    ckpt = tmp_path / "tok-model"
-    ckpt.mkdir()
-    tok.save(str(ckpt / "tokenizer.json"))
-    (ckpt / "config.json").write_text('{"model_type": "qwen2"}')
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    save_file({"w": np.zeros((1,), dtype=np.float32)}, str(ckpt / "model.safetensors"))
+    ckpt = helpers.wordy_checkpoint(tmp_path / "tok-model")
     assert (
         await api.post("/v1/base-models", json={"name": "wordy", "family": "qwen2", "source": {"kind": "local", "uri": str(ckpt)}})
     ).status_code == 201
@@ -75,19 +63,8 @@ async def test_token_lengths_are_counted_with_a_pool_tokenizer(api: httpx.AsyncC
     assert bad.status_code == 422 and bad.json()["field"] == "tokenizer"
 
 
-async def test_a_prefix_in_object_storage_is_imported(
-    s3_server: dict[str, str], nats_url: str, fresh_database_url: str, tmp_path: Path
-) -> None:
-    settings = CommonSettings(
-        nats_url=nats_url,
-        database_url=fresh_database_url,
-        bus_prefix=f"t{uuid.uuid4().hex[:8]}",
-        home=tmp_path,
-        s3_endpoint=s3_server["endpoint"],
-        s3_access_key=s3_server["access_key"],
-        s3_secret_key=s3_server["secret_key"],
-        s3_bucket=f"imp{uuid.uuid4().hex[:8]}",
-    )
+async def test_a_prefix_in_object_storage_is_imported(s3_settings: CommonSettings, tmp_path: Path) -> None:
+    settings = s3_settings
     store = open_store(settings)
     store.location("incoming/shapes").upload_tree(helpers.build_imagenet(tmp_path / "data"))
     app = create_app(settings, ApiSettings())

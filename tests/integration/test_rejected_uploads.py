@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from forge_common.settings import CommonSettings
 
 from ..unit.datasets.test_malformed import CASES, Case
+from ..unit.test_archive import make_tar, make_zip
 
 ERRORS = [c for c in CASES if c.severity == "error"]
 
@@ -57,36 +59,9 @@ async def test_a_malformed_dataset_is_refused_exactly_and_stores_nothing(
     await assert_nothing_stored(api, common_settings)
 
 
-def _tar(members: list[tarfile.TarInfo | tuple[str, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for m in members:
-            if isinstance(m, tarfile.TarInfo):
-                tar.addfile(m)
-            else:
-                info = tarfile.TarInfo(m[0])
-                info.size = len(m[1])
-                tar.addfile(info, io.BytesIO(m[1]))
-    return buf.getvalue()
-
-
-def _zip(members: list[tuple[str | zipfile.ZipInfo, bytes]]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
 def _link(kind: bytes, target: str) -> tarfile.TarInfo:
     info = tarfile.TarInfo("cats/link.png")
     info.type, info.linkname = kind, target
-    return info
-
-
-def _zip_symlink() -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo("cats/link.png")
-    info.external_attr = 0o120777 << 16
     return info
 
 
@@ -96,23 +71,41 @@ def _fifo() -> tarfile.TarInfo:
     return info
 
 
-_GOOD = _tar([(f"cats/{i}.png", bytes(500)) for i in range(5)])
+def _zip_symlink(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        info = zipfile.ZipInfo("cats/link.png")
+        info.external_attr = 0o120777 << 16
+        zf.writestr(info, "/etc/passwd")
+    return path
 
-ATTACKS: dict[str, tuple[bytes, str, str]] = {
-    "tar-traversal": (_tar([("cats/ok.png", b"x"), ("../evil.png", b"x")]), "a.tar.gz", "path traversal"),
-    "zip-traversal": (_zip([("cats/../../evil.png", b"x")]), "a.zip", "path traversal"),
-    "tar-absolute": (_tar([("/etc/passwd", b"x")]), "a.tar.gz", "absolute path"),
-    "zip-absolute": (_zip([("C:/windows/x.png", b"x")]), "a.zip", "absolute path"),
-    "tar-symlink": (_tar([_link(tarfile.SYMTYPE, "/etc/passwd")]), "a.tar.gz", "is a link"),
-    "tar-hardlink": (_tar([_link(tarfile.LNKTYPE, "cats/other.png")]), "a.tar.gz", "is a link"),
-    "zip-symlink": (_zip([(_zip_symlink(), b"/etc/passwd")]), "a.zip", "is a link"),
-    "tar-fifo": (_tar([_fifo()]), "a.tar.gz", "not a regular file"),
-    "too-many-files": (_tar([(f"cats/{i}.png", b"x") for i in range(51)]), "a.tar.gz", "more than 50 files"),
-    "too-many-bytes": (_zip([("cats/big.bin", b"0" * 20_001)]), "a.zip", "more than 20000 bytes"),
-    "not-an-archive": (b"hello, not an archive", "a.tar.gz", "not a .zip, .tar or .tar.gz archive"),
-    "damaged": (_GOOD[: len(_GOOD) // 2], "a.tar.gz", "damaged"),
-    "duplicate-names": (_tar([("cats/1.png", b"x"), ("cats/1.png", b"y")]), "a.tar.gz", "twice"),
-    "file-and-folder": (_tar([("cats", b"x"), ("cats/1.png", b"x")]), "a.tar.gz", "is a file and also a folder"),
+
+def _damaged(path: Path) -> Path:
+    data = make_tar(path, [(f"cats/{i}.png", bytes(500)) for i in range(5)]).read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _not_an_archive(path: Path) -> Path:
+    path.write_bytes(b"hello, not an archive")
+    return path
+
+
+Build = Callable[[Path], Path]  # writes the archive at the path it is given
+ATTACKS: dict[str, tuple[Build, str, str]] = {
+    "tar-traversal": (lambda p: make_tar(p, [("cats/ok.png", b"x"), ("../evil.png", b"x")]), "a.tar.gz", "path traversal"),
+    "zip-traversal": (lambda p: make_zip(p, [("cats/../../evil.png", b"x")]), "a.zip", "path traversal"),
+    "tar-absolute": (lambda p: make_tar(p, [("/etc/passwd", b"x")]), "a.tar.gz", "absolute path"),
+    "zip-absolute": (lambda p: make_zip(p, [("C:/windows/x.png", b"x")]), "a.zip", "absolute path"),
+    "tar-symlink": (lambda p: make_tar(p, [_link(tarfile.SYMTYPE, "/etc/passwd")]), "a.tar.gz", "is a link"),
+    "tar-hardlink": (lambda p: make_tar(p, [_link(tarfile.LNKTYPE, "cats/other.png")]), "a.tar.gz", "is a link"),
+    "zip-symlink": (_zip_symlink, "a.zip", "is a link"),
+    "tar-fifo": (lambda p: make_tar(p, [_fifo()]), "a.tar.gz", "not a regular file"),
+    "too-many-files": (lambda p: make_tar(p, [(f"cats/{i}.png", b"x") for i in range(51)]), "a.tar.gz", "more than 50 files"),
+    "too-many-bytes": (lambda p: make_zip(p, [("cats/big.bin", b"0" * 20_001)]), "a.zip", "more than 20000 bytes"),
+    "not-an-archive": (_not_an_archive, "a.tar.gz", "not a .zip, .tar or .tar.gz archive"),
+    "damaged": (_damaged, "a.tar.gz", "damaged"),
+    "duplicate-names": (lambda p: make_tar(p, [("cats/1.png", b"x"), ("cats/1.png", b"y")]), "a.tar.gz", "twice"),
+    "file-and-folder": (lambda p: make_tar(p, [("cats", b"x"), ("cats/1.png", b"x")]), "a.tar.gz", "is a file and also a folder"),
 }
 
 
@@ -123,7 +116,8 @@ async def test_an_archive_attack_is_refused_before_anything_is_written(
     from forge_api.app import create_app
     from forge_api.settings import ApiSettings
 
-    data, filename, message = ATTACKS[attack]
+    build, filename, message = ATTACKS[attack]
+    data = build(tmp_path / filename).read_bytes()
     app = create_app(common_settings, ApiSettings(max_archive_files=50, max_extracted_bytes=20_000))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:

@@ -152,3 +152,18 @@ def build_vlm(root: Path, extra: list[Any] | None = None) -> Path:
     ]
     write_jsonl(root / "data.jsonl", records + (extra or []))
     return root
+
+
+def wordy_checkpoint(folder: Path) -> Path:
+    """A tiny qwen2-family checkpoint folder with a word-level tokenizer (for token statistics)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "what": 1, "is": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    folder.mkdir(parents=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    save_file({"w": np.zeros((1,), dtype=np.float32)}, str(folder / "model.safetensors"))
+    return folder
