@@ -176,9 +176,10 @@ async def report_capacity(pool_url: str, rows: list[tuple[Any, ...]]) -> None:
     conn = await asyncpg.connect(pool_url)
     try:
         await conn.execute("DELETE FROM accelerator_capacity")
-        rows = [(*r, None) if len(r) == 4 else r for r in rows]  # per_job: the total unless given
+        rows = [(*r, *[None] * (6 - len(r))) for r in rows]  # per_job, allocatable: the total unless given
         await conn.executemany(
-            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job) VALUES ($1, $2, $3, $4, $5)", rows
+            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job, allocatable) VALUES ($1, $2, $3, $4, $5, $6)",
+            rows,
         )
     finally:
         await conn.close()
@@ -211,7 +212,7 @@ async def test_only_allocatable_accelerators_are_offered(
     assert too_many.status_code == 422 and too_many.json()["field"] == "devices"
     unknown = await api.post("/v1/jobs", json={**SPEC, "accelerator": "tpu"})
     assert unknown.status_code == 422 and "profiles: cpu, nvidia, amd, intel" in unknown.json()["detail"]
-    await report_capacity(common_settings.database_url, [("kubernetes", "nvidia", 4, "4 free on 4 nodes", 1)])
+    await report_capacity(common_settings.database_url, [("kubernetes", "nvidia", 4, "4 free on 4 nodes", 1, 4)])
     assert [a["per_job"] for a in (await api.get("/v1/accelerators")).json()] == [1]
     spread = await api.post("/v1/jobs", json={**SPEC, "accelerator": "nvidia", "devices": 2})
     assert spread.status_code == 422 and spread.json()["detail"] == (
@@ -220,7 +221,17 @@ async def test_only_allocatable_accelerators_are_offered(
     # the cluster shrank after the 2-device job above queued: it says what it waits for
     assert (await api.post(f"/v1/jobs/{ok.json()['id']}/start")).status_code == 200
     waiting = (await api.get(f"/v1/jobs/{ok.json()['id']}")).json()
-    assert waiting["waiting_for"] == "0 jobs ahead on nvidia; needs 2 nvidia devices on one node; at most 1 free on one node"
+    assert waiting["waiting_for"] == "0 jobs ahead on nvidia; needs 2 nvidia devices on one node; at most 1 on one node"
+    # busy is not absent: other workloads hold every GPU, yet a job for them queues with the reason
+    await report_capacity(common_settings.database_url, [("kubernetes", "nvidia", 0, "0 of 8 free", 4, 8)])
+    busy = (await api.get("/v1/accelerators")).json()
+    assert [(a["name"], a["count"], a["allocatable"]) for a in busy] == [("nvidia", 0, 8)]
+    queued = await api.post("/v1/jobs", json={**SPEC, "accelerator": "nvidia", "devices": 4, "start": True})
+    assert queued.status_code == 201, queued.text
+    shown = (await api.get(f"/v1/jobs/{queued.json()['id']}")).json()
+    assert shown["waiting_for"].endswith("no free nvidia.com/gpu: other workloads hold all 8")
+    wider = await api.post("/v1/jobs", json={**SPEC, "accelerator": "nvidia", "devices": 5})
+    assert wider.status_code == 422 and "at most 4 can be allocated on one node (8 in all)" in wider.json()["detail"]
 
 
 async def test_the_queue_shows_positions_and_what_each_job_waits_for(

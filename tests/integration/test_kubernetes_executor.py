@@ -369,7 +369,8 @@ async def test_capacity_is_allocatable_minus_what_other_workloads_request(fake: 
     tolerant = make_executor(fake, kube_tolerations={"*": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]})
     found = {c.profile: c for c in await tolerant.capacity()}
     assert found["nvidia"].total == 5 and found["cpu"].total == 16 + 8
-    assert found["nvidia"].per_job == 3, "one pod runs on one node: 3 free on gpu-1, 2 on gpu-2"
+    assert found["nvidia"].per_job == 4, "one pod runs on one node: gpu-1 has 4 (3 of them free now), gpu-2 has 2"
+    assert (found["nvidia"].allocatable, found["nvidia"].per_job_now) == (6, 2)  # now: Forge's own attempt holds one too
 
     pinned = make_executor(fake, kube_cpu_slots=2, kube_node_selector={"nvidia": {"pool": "a100"}})
     found = {c.profile: c for c in await pinned.capacity()}

@@ -35,8 +35,9 @@ class Accelerator(BaseModel):
     name: str
     vendor: str
     resource: str | None
-    count: int
-    per_job: int = Field(description="The most devices one job can ask for (on Kubernetes: the most free on one node)")
+    count: int = Field(description="Free now (allocatable minus what other workloads request)")
+    allocatable: int = Field(description="What the profile offers at all; a job for a busy profile queues")
+    per_job: int = Field(description="The most devices one job can ask for (on Kubernetes: one node's allocatable)")
     detail: str
     executor: str
     grades: dict[str, str]
@@ -59,6 +60,7 @@ async def get_accelerators(conn: ConnDep) -> list[Accelerator]:
             vendor=PROFILES[o.profile].vendor,
             resource=PROFILES[o.profile].resource,
             count=o.total,
+            allocatable=o.allocatable,
             per_job=o.per_job,
             detail=o.detail,
             executor=o.executor,

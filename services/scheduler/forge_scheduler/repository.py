@@ -197,8 +197,8 @@ async def save_capacity(conn: asyncpg.Connection, executor: str, capacity: list[
     async with conn.transaction():
         await conn.execute("DELETE FROM accelerator_capacity WHERE executor = $1", executor)
         await conn.executemany(
-            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job) VALUES ($1, $2, $3, $4, $5)",
-            [(executor, c.profile, c.total, c.detail, c.per_job) for c in capacity],
+            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job, allocatable) VALUES ($1, $2, $3, $4, $5, $6)",
+            [(executor, c.profile, c.total, c.detail, c.per_job, c.allocatable) for c in capacity],
         )
 
 

@@ -22,19 +22,22 @@ class Offer:
     total: int
     detail: str
     executor: str
-    per_job: int  # the most devices one job can get (one node's worth on Kubernetes)
+    per_job: int  # the most devices one job can ever get (one node's worth on Kubernetes)
+    allocatable: int  # what the profile could ever offer; more than ``total`` while others hold some
 
 
 async def offers(conn: asyncpg.Connection) -> dict[str, Offer]:
-    """Profiles some executor can run now (total > 0). Before any scheduler has reported: cpu."""
+    """Profiles some executor can allocate (busy or not: a busy one queues). Before any scheduler
+    has reported: cpu."""
     rows = await conn.fetch("SELECT * FROM accelerator_capacity ORDER BY executor, profile")
     if not rows:
-        return {"cpu": Offer("cpu", 1, "no scheduler has reported yet", "local", 1)}
+        return {"cpu": Offer("cpu", 1, "no scheduler has reported yet", "local", 1, 1)}
     out: dict[str, Offer] = {}
     for r in rows:
-        if r["total"] > 0 and r["profile"] not in out:
-            per_job = r["total"] if r["per_job"] is None else r["per_job"]
-            out[r["profile"]] = Offer(r["profile"], r["total"], r["detail"], r["executor"], per_job)
+        allocatable = r["total"] if r["allocatable"] is None else r["allocatable"]
+        if allocatable > 0 and r["profile"] not in out:
+            per_job = allocatable if r["per_job"] is None else r["per_job"]
+            out[r["profile"]] = Offer(r["profile"], r["total"], r["detail"], r["executor"], per_job, allocatable)
     return out
 
 
@@ -52,7 +55,7 @@ async def check_accelerator(conn: asyncpg.Connection, profile: str, devices: int
         )
     offer = available[profile]
     if profile != "cpu" and devices > offer.per_job:
-        where = f" on one node ({offer.total} in all)" if offer.per_job < offer.total else ""
+        where = f" on one node ({offer.allocatable} in all)" if offer.per_job < offer.allocatable else ""
         raise InvalidInput(
             f"the job asks for {devices} {profile} devices; at most {offer.per_job} can be allocated{where}", field="devices"
         )
@@ -89,10 +92,13 @@ async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_posit
     )
     ahead = queue_position - 1
     parts = [f"{ahead} job{'s' if ahead != 1 else ''} ahead on {profile}"]
+    resource = PROFILES[profile].resource or profile
     if offer is None:
-        parts.append(f"no allocatable {PROFILES[profile].resource or profile}")
+        parts.append(f"no allocatable {resource}")
     elif need > offer.per_job:
-        parts.append(f"needs {need} {profile} devices on one node; at most {offer.per_job} free on one node")
+        parts.append(f"needs {need} {profile} devices on one node; at most {offer.per_job} on one node")
+    elif offer.total == 0:
+        parts.append(f"no free {resource}: other workloads hold all {offer.allocatable}")
     elif held + need > offer.total:
         parts.append(f"all {offer.total} {profile} slot{'s' if offer.total != 1 else ''} busy")
     else:

@@ -54,7 +54,8 @@ class Capacity:
     profile: str
     total: int
     detail: str = ""
-    per_job: int | None = None  # the most one attempt can get (one node's worth); None: the total
+    per_job: int | None = None  # the most one attempt can ever get (one node's worth); None: the total
+    allocatable: int | None = None  # what the profile could ever offer, busy or not; None: the total
     # the most one attempt could get right now, Forge's own running attempts counted (they are
     # spread over nodes: free devices in sum need not be free on one node); None: per_job
     per_job_now: int | None = None

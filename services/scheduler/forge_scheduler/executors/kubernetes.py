@@ -723,7 +723,7 @@ class KubernetesExecutor:
             per_job_now = None
             if profile.resource is not None:  # where a wide attempt could start now, Forge's own pods included
                 per_job_now = max((int(rooms_now[n].free(profile.resource)) for n in admitted), default=0)
-            out.append(Capacity(found.profile, found.total, found.detail + scope, found.per_job, per_job_now))
+            out.append(Capacity(found.profile, found.total, found.detail + scope, found.per_job, found.allocatable, per_job_now))
         return out
 
     async def _busy_pods(self) -> tuple[list[V1Pod], str]:
@@ -765,12 +765,13 @@ class KubernetesExecutor:
         if not offering:
             return None  # no node offers it: the profile is not there
         free = [int(r.free(profile.resource)) for r in offering]
-        allocatable = sum(int(r.allocatable[profile.resource]) for r in offering)
+        on_node = [int(r.allocatable[profile.resource]) for r in offering]
         detail = (
-            f"{sum(free)} of {allocatable} {profile.resource} free on {len(offering)} node(s) "
-            f"(at most {max(free)} on one node; other workloads hold {allocatable - sum(free)})"
+            f"{sum(free)} of {sum(on_node)} {profile.resource} free on {len(offering)} node(s) "
+            f"(at most {max(free)} on one node; other workloads hold {sum(on_node) - sum(free)})"
         )
-        return Capacity(profile.name, sum(free), detail, per_job=max(free))  # one pod runs on one node
+        # busy or not, a job can ever get one node's allocatable (one pod runs on one node)
+        return Capacity(profile.name, sum(free), detail, per_job=max(on_node), allocatable=sum(on_node))
 
     def _cpu_capacity(self, rooms: list[_NodeRoom]) -> Capacity | None:
         if self.settings.kube_cpu_slots is not None:
@@ -779,10 +780,15 @@ class KubernetesExecutor:
         if not rooms:
             return None
         cpu, memory = _quantity(self.settings.kube_cpu_request), _quantity(self.settings.kube_memory_request)
-        fits = 0
-        for room in rooms:
-            by_cpu = int(room.free("cpu") / cpu) if cpu > 0 else 1 << 16
-            by_memory = int(room.free("memory") / memory) if memory > 0 else 1 << 16
-            fits += min(by_cpu, by_memory)
+
+        def fitting(room: _NodeRoom, *, busy: bool) -> int:
+            have_cpu = room.free("cpu") if busy else room.allocatable.get("cpu", Decimal(0))
+            have_memory = room.free("memory") if busy else room.allocatable.get("memory", Decimal(0))
+            by_cpu = int(have_cpu / cpu) if cpu > 0 else 1 << 16
+            by_memory = int(have_memory / memory) if memory > 0 else 1 << 16
+            return min(by_cpu, by_memory)
+
+        fits = sum(fitting(room, busy=True) for room in rooms)
+        ever = sum(fitting(room, busy=False) for room in rooms)
         detail = f"{fits} CPU job(s) fit the free CPU and memory of {len(rooms)} node(s) at {self.settings.kube_cpu_request} CPU / {self.settings.kube_memory_request} each"
-        return Capacity("cpu", fits, detail)
+        return Capacity("cpu", fits, detail, allocatable=ever)
