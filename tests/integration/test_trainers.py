@@ -232,3 +232,42 @@ async def test_a_slow_script_host_holds_no_database_connection(common_settings: 
     finally:
         release.set()
         server.shutdown()
+
+
+async def test_a_script_that_trickles_in_is_cut_off_at_the_time_limit(common_settings: Any, sample_dataset: Path) -> None:
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from forge_api.app import create_app
+    from forge_api.settings import ApiSettings
+
+    class Trickle(BaseHTTPRequestHandler):  # never idle long enough for a per-read timeout
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "400")
+            self.end_headers()
+            for _ in range(40):
+                try:
+                    self.wfile.write(b"#" * 10)
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.1)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    app = create_app(common_settings, ApiSettings(script_allowed_hosts="127.0.0.1", script_timeout_seconds=1.0))
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
+                await upload(api, "shapes", tar_of(sample_dataset))
+                started = time.monotonic()
+                r = await api.post("/v1/jobs", json={**SPEC, "custom_script_uri": f"http://127.0.0.1:{server.server_port}/slow.py"})
+                assert r.status_code == 422 and "took longer than 1 s" in r.json()["detail"], r.text
+                assert time.monotonic() - started < 3.5
+    finally:
+        server.shutdown()

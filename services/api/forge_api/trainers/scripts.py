@@ -101,10 +101,15 @@ async def fetch(services: Services, uri: str, sha256: str | None) -> Fetched:
             )
         if not named:
             await _refuse_internal_hosts(parsed.hostname or "", parsed.port or (443 if parsed.scheme == "https" else 80))
-    if parsed.scheme == "s3":
-        data = await _s3(services, uri, settings.script_max_bytes)
-    else:
-        data = await _http(uri, settings.script_max_bytes, settings.script_timeout_seconds)
+    seconds = settings.script_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):  # the whole download (httpx's timeout bounds each read)
+            if parsed.scheme == "s3":
+                data = await _s3(services, uri, settings.script_max_bytes)
+            else:
+                data = await _http(uri, settings.script_max_bytes, seconds)
+    except TimeoutError:
+        raise InvalidInput(f"fetching {uri} took longer than {seconds:g} s", field="custom_script_uri") from None
     digest = hashlib.sha256(data).hexdigest()
     if sha256 and digest != sha256:
         raise InvalidInput(f"the script at {uri} has sha256 {digest}, not the pinned {sha256}", field="custom_script_sha256")
