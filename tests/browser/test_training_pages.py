@@ -302,3 +302,45 @@ def test_a_failed_job_shows_its_reason_and_hint_and_offers_resume(
     expect(page.get_by_role("button", name="Resume")).to_be_visible()
     expect(page.get_by_role("button", name="Deploy")).to_be_hidden()
     screenshot(page, "job-failed")
+
+
+def test_the_form_offers_a_registered_trainer_with_its_own_hyperparameters(web: Stack, open_page: OpenPage, tmp_path: Path) -> None:
+    from tests.conftest import serving
+
+    (tmp_path / "mine.py").write_text("import forge_sdk\nwith forge_sdk.init() as run:\n    run.log('hello')\n")
+    with serving(tmp_path) as url:
+        profile = {
+            "name": "widths",
+            "version": "1.2",
+            "description": "Trains a network of a chosen width",
+            "tasks": ["classification"],
+            "accelerators": {"cpu": {"grade": "compatible"}, "nvidia": {"grade": "build-only"}},
+            "script_uri": f"{url}/mine.py",
+            "hyperparameters": {
+                "type": "object",
+                "properties": {"width": {"type": "integer", "minimum": 1, "default": 16, "description": "Channels"}},
+            },
+            "metrics": ["acc"],
+            "main_metric": "acc",
+        }
+        web.client.post("/v1/trainers", profile)
+        page = open_page("/jobs/new")
+        fill_form(page, "by-my-trainer", dataset="shapes", base_model="timm/test_vit", hyperparameters={})
+        trainer = page.get_by_label("Trainer")
+        expect(trainer.locator('option[value="widths"]')).to_have_text("widths 1.2 · cpu compatible")
+        trainer.select_option("widths")
+        expect(page.locator("#hp-width")).to_have_value("16")  # its schema, not the task's
+        expect(page.locator("#hp-imgsz")).to_have_count(0)
+        expect(page.locator("#f-trainer-hint")).to_contain_text("Main metric: acc.")
+        assert unlabelled_controls(page) == []
+        page.locator("#hp-width").fill("0")
+        page.get_by_role("button", name="Save as draft").click()
+        expect(page.locator("#hp-width ~ .field-error")).to_contain_text("hyperparameters.width")  # checked against its schema
+        page.locator("#hp-width").fill("32")
+        page.get_by_role("button", name="Save as draft").click()
+        job = web.job(job_id_of(page))
+        assert job["trainer"] == "widths" and job["hyperparameters"] == {"width": 32}
+        page.goto(f"{web.url}/jobs/new")
+        fill_form(page, "built-in-again", dataset="shapes", base_model="timm/test_vit", hyperparameters={})
+        page.get_by_label("Trainer").select_option("")
+        expect(page.locator("#hp-imgsz")).to_be_visible()

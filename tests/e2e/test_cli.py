@@ -98,3 +98,36 @@ def test_an_upload_counts_tokens_with_the_tokenizer_named_on_the_command_line(st
     assert "token" in json.dumps(stats), stats
     code, out = forge(stack, "datasets", "upload", "cli-chat-2", str(root), "--tokenizer", "nobody")
     assert code == 2 and "error:" in out
+
+
+def test_a_registered_trainer_is_listed_and_trains_a_job_from_the_command_line(stack: Stack, tmp_path: Path) -> None:
+    from ..conftest import serving
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "mlp.py").write_bytes((root / "trainers/sdk/examples/minimal_torch.py").read_bytes())
+    with serving(tmp_path / "scripts") as url:
+        profile = tmp_path / "mlp.yaml"
+        profile.write_text(
+            "name: cli-mlp\nversion: '1.0'\ntasks: [classification]\naccelerators: {cpu: {grade: compatible}}\n"
+            f"script_uri: {url}/mlp.py\nmetrics: [accuracy]\nmain_metric: accuracy\n"
+            "hyperparameters:\n  type: object\n  properties:\n    epochs: {type: integer, minimum: 1, default: 2}\n"
+        )
+        code, out = forge(stack, "trainers", "register", str(profile))
+        assert code == 0 and "cli-mlp" in out, out
+        code, out = forge(stack, "trainers", "list", "--task", "classification", "--accelerator", "cpu", "--output", "json")
+        listed = {t["name"]: t for t in json.loads(out)}
+        assert code == 0 and {"classification", "cli-mlp"} <= set(listed) and not listed["cli-mlp"]["builtin"]
+        code, out = forge(stack, "trainers", "list", "--task", "detection")
+        assert code == 0 and "cli-mlp" not in out
+        spec = tmp_path / "job.yaml"
+        spec.write_text(
+            "name: cli-mlp-job\ntask: classification\ndataset: {name: cli-shapes, version: 1}\nbase_model: timm/test_vit\n"
+            "trainer: cli-mlp\nhyperparameters: {epochs: 2}\n"
+        )
+        code, out = forge(stack, "jobs", "submit", str(spec), "--watch")
+        assert code == 0 and "cli-mlp-job succeeded after 2 epoch(s)" in out, out
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(spec.read_text().replace("{epochs: 2}", "{epochs: 0}"))
+        code, out = forge(stack, "jobs", "submit", str(bad))
+        assert code == 2 and "hyperparameters.epochs" in out  # checked against the trainer's schema before it queues

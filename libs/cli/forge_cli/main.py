@@ -478,6 +478,42 @@ def base_models_add(
             console.print(f"[yellow]warning[/yellow] {warning}")
 
 
+# ---- trainers ----------------------------------------------------------------------------------------
+
+trainers_app = typer.Typer(help="Trainers: the built-in ones and those users register (a script or an image).", no_args_is_help=True)
+app.add_typer(trainers_app, name="trainers")
+
+
+@trainers_app.command("list")
+def trainers_list(
+    task: str | None = None, accelerator: str | None = None, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table"
+) -> None:
+    """Built-in and registered trainers; with --task/--accelerator only those that serve it there.
+    A job names a registered one with `trainer: <name>` in its spec."""
+    with connected(api) as c:
+        rows = c.get("/v1/trainers", task=task, accelerator=accelerator)
+    if output != "json":
+        for r in rows:
+            r["accelerators"] = ", ".join(f"{k} ({v['grade']})" for k, v in r["accelerators"].items())
+    _print(rows, output, ["name", "version", "tasks", "accelerators", "main_metric", "builtin"])
+
+
+@trainers_app.command("show")
+def trainers_show(name: str, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "json") -> None:
+    """A trainer's profile: tasks, accelerators with images and grades, hyperparameters schema, metrics."""
+    with connected(api) as c:
+        _print(c.get(f"/v1/trainers/{name}"), output, ["name", "version", "tasks", "main_metric"])
+
+
+@trainers_app.command("register")
+def trainers_register(profile: Path, api: ApiOption = "http://127.0.0.1:8000", output: OutputOption = "table") -> None:
+    """Register a trainer from its capability profile (YAML or JSON): name, version, tasks,
+    accelerators (image and grade each), script_uri, hyperparameters (JSON Schema), metrics."""
+    body = _load_spec(profile)
+    with connected(api) as c:
+        _print(c.post("/v1/trainers", body), output, ["name", "version", "tasks", "main_metric"])
+
+
 # ---- models -------------------------------------------------------------------------------------------
 
 

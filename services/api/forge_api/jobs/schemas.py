@@ -56,6 +56,10 @@ class Job(BaseModel):
     dataset: DatasetRefOut
     base_model: str
     hyperparameters: dict[str, Any]
+    trainer: str | None = Field(None, description="The registered trainer it runs (None: the task's built-in trainer)")
+    custom_image: str | None = None
+    custom_script: dict[str, Any] | None = Field(None, description="The script it runs: uri, and the sha256 and size of the bytes fetched")
+    main_metric: str | None = Field(None, description="The metric that picks the best epoch")
     accelerator: str
     devices: int
     priority: str
@@ -91,6 +95,12 @@ class Job(BaseModel):
             dataset=DatasetRefOut(name=spec["dataset"]["name"], version=spec["dataset"]["version"]),
             base_model=row["base_model"],
             hyperparameters=spec.get("hyperparameters", {}),
+            trainer=spec.get("trainer"),
+            custom_image=spec.get("custom_image"),
+            custom_script={k: v for k, v in spec["custom_script"].items() if k in ("uri", "sha256", "size")}
+            if spec.get("custom_script")
+            else None,
+            main_metric=spec.get("main_metric"),
             accelerator=row["accelerator"],
             devices=spec.get("devices", 1),
             priority=spec.get("priority", "normal"),

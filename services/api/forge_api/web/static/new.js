@@ -1,5 +1,6 @@
-// The new-job form: tasks, compatible dataset versions and base models, hyperparameters generated
-// from the task's JSON Schema, allocatable accelerators; POST /v1/jobs with start false or true.
+// The new-job form: tasks, compatible dataset versions and base models, the built-in or a registered
+// trainer, hyperparameters generated from the task's (or that trainer's) JSON Schema, allocatable
+// accelerators; POST /v1/jobs with start false or true.
 // A 422 {type, detail, field} is shown next to the field it names.
 import { $, api, el, fill, fmtNumber } from "./common.js";
 
@@ -8,6 +9,7 @@ const taskSelect = $("f-task");
 const datasetSelect = $("f-dataset");
 const versionSelect = $("f-version");
 const baseModelSelect = $("f-base-model");
+const trainerSelect = $("f-trainer");
 const acceleratorSelect = $("f-accelerator");
 const devicesInput = $("f-devices");
 const hpFields = $("hp-fields");
@@ -28,6 +30,7 @@ let accelerators = [];
 let schema = null; // the chosen task's hyperparameters JSON Schema
 const edited = new Map(); // hyperparameters the user changed, kept across task switches
 const baseModels = new Map(); // task → entries
+const trainers = new Map(); // task → profiles (built-in and registered) that serve it
 
 const enc = encodeURIComponent;
 const routeOf = (task) => (task === "llm-sft" || task === "vlm-sft" ? "llm" : "cv");
@@ -95,6 +98,46 @@ function describeBaseModel() {
   setHint("f-base-model-hint", entry
     ? [sentence(entry.description), entry.license && sentence(`License: ${entry.license}`)].filter(Boolean).join(" ") || "Compatible with the chosen task."
     : "Only base models that can serve the chosen task.");
+}
+
+// ---- trainers: the built-in one, or a registered profile for this task and accelerator ------------
+
+async function fillTrainers() {
+  const task = taskSelect.value;
+  if (!trainers.has(task)) {
+    try {
+      trainers.set(task, await api(`/v1/trainers?task=${enc(task)}`));
+    } catch (err) {
+      trainers.set(task, []);
+      setHint("f-trainer-hint", `Cannot list trainers: ${err.message}`);
+    }
+  }
+  if (taskSelect.value !== task) return;
+  const accelerator = acceleratorSelect.value;
+  const previous = trainerSelect.value;
+  const registered = trainers.get(task).filter((t) => !t.builtin);
+  const builtin = trainers.get(task).find((t) => t.builtin);
+  fill(trainerSelect,
+    el("option", { value: "", text: `built-in${builtin ? ` (${builtin.name})` : ""}` }),
+    registered.map((t) => {
+      const here = Object.prototype.hasOwnProperty.call(t.accelerators || {}, accelerator);
+      const grade = here ? t.accelerators[accelerator].grade : null;
+      const label = here ? `${t.name} ${t.version} · ${accelerator} ${grade}` : `${t.name} ${t.version} (not for ${accelerator})`;
+      return el("option", { value: t.name, text: label, disabled: !here });
+    }));
+  const keep = registered.find((t) => t.name === previous && Object.prototype.hasOwnProperty.call(t.accelerators || {}, accelerator));
+  trainerSelect.value = keep ? keep.name : "";
+  onTrainerChange();
+}
+
+const chosenTrainer = () => (trainers.get(taskSelect.value) || []).find((t) => !t.builtin && t.name === trainerSelect.value) || null;
+
+function onTrainerChange() {
+  const t = chosenTrainer();
+  setHint("f-trainer-hint", t
+    ? [sentence(t.description), `Main metric: ${t.main_metric}.`, "Its own hyperparameters are below."].filter(Boolean).join(" ")
+    : "The built-in trainer of the task, or a registered one that serves the task on the chosen accelerator.");
+  buildHyperparameters();
 }
 
 function fillAccelerators() {
@@ -190,7 +233,8 @@ function restoreEdited(control) {
 
 function buildHyperparameters() {
   const task = currentTask();
-  schema = task ? task.hyperparameters : null;
+  const trainer = trainerSelect.value ? chosenTrainer() : null;
+  schema = trainer ? trainer.hyperparameters : task ? task.hyperparameters : null;
   const props = (schema && schema.properties) || {};
   fill(hpFields, Object.entries(props).map(([key, prop]) => hpField(key, prop)));
   for (const control of hpFields.querySelectorAll("[data-key]")) restoreEdited(control);
@@ -304,6 +348,7 @@ form.addEventListener("submit", async (event) => {
       task: taskSelect.value,
       dataset: { name: datasetSelect.value, version: versionSelect.value === "" ? null : Number(versionSelect.value) },
       base_model: baseModelSelect.value,
+      trainer: trainerSelect.value || null,
       hyperparameters: readHyperparameters(),
       accelerator: acceleratorSelect.value,
       priority: radio("priority"),
@@ -338,7 +383,7 @@ async function onTaskChange() {
   fillDatasets();
   fillAccelerators();
   buildHyperparameters();
-  await fillBaseModels();
+  await Promise.all([fillBaseModels(), fillTrainers()]);
 }
 
 async function init() {
@@ -361,7 +406,8 @@ async function init() {
   taskSelect.addEventListener("change", onTaskChange);
   datasetSelect.addEventListener("change", fillVersions);
   baseModelSelect.addEventListener("change", describeBaseModel);
-  acceleratorSelect.addEventListener("change", describeAccelerator);
+  acceleratorSelect.addEventListener("change", () => { describeAccelerator(); fillTrainers(); });
+  trainerSelect.addEventListener("change", onTrainerChange);
   await onTaskChange();
   form.setAttribute("data-ready", "true"); // not form.dataset: the form has a control named "dataset"
 }
