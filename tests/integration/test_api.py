@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 from PIL import Image
 
@@ -255,6 +257,24 @@ async def test_the_queue_shows_positions_and_what_each_job_waits_for(
     assert r.status_code == 409 and "can only be re-prioritised" in r.json()["detail"]
     listed = {j["name"]: j["queue_position"] for j in (await api.get("/v1/jobs")).json()}
     assert listed == {"b": 1, "c": 2, "a": 3}
+    # c runs, half done after 100 s: the slot is busy, and the next job may start in about 100 s
+    conn = await asyncpg.connect(common_settings.database_url)
+    try:
+        await conn.execute(
+            "UPDATE jobs SET state = 'running', progress = 0.5, started_at = now() - interval '100 seconds' WHERE id = $1", c["id"]
+        )
+    finally:
+        await conn.close()
+    waiting = (await api.get(f"/v1/jobs/{b['id']}")).json()
+    assert waiting["waiting_for"] == "0 jobs ahead on cpu; all 1 cpu slot busy"
+    eta = datetime.fromisoformat(waiting["estimated_start"]) - datetime.now(UTC)
+    assert 90 < eta.total_seconds() < 110
+    cpu = next(q for q in (await api.get("/v1/queue")).json() if q["accelerator"] == "cpu")
+    assert [(q["name"], q["waiting_for"]) for q in cpu["queued"]] == [
+        ("b", "0 jobs ahead on cpu; all 1 cpu slot busy"),
+        ("a", "1 job ahead on cpu; all 1 cpu slot busy"),
+    ]
+    assert cpu["queued"][1]["estimated_start"] is None  # b's duration is unknown: nothing after it can be guessed
 
 
 async def test_drafts_can_be_edited_and_jobs_duplicated(api: httpx.AsyncClient, sample_dataset: Path) -> None:

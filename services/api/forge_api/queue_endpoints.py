@@ -21,7 +21,8 @@ class QueuedJob(BaseModel):
     task: str
     priority: int
     position: int
-    estimated_start: datetime | None
+    waiting_for: str = Field(description="Why it has not started yet")
+    estimated_start: datetime | None = Field(description="From the running jobs' progress and past durations; None when unknown")
 
 
 class ProfileQueue(BaseModel):

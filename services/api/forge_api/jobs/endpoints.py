@@ -52,6 +52,7 @@ async def full(conn: asyncpg.Connection, row: asyncpg.Record, common: CommonSett
         attempts=[Attempt(**dict(a)) for a in await repo.attempts(conn, row["id"])],
         queue_position=position,
         waiting_for=await queue.waiting_for(conn, row, position),
+        estimated_start=await queue.estimated_start(conn, row),
         mlflow_url=await mlflow_link(conn, row["id"], common) if common else None,
     )
 

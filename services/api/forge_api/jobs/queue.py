@@ -76,23 +76,21 @@ async def position(conn: asyncpg.Connection, job: asyncpg.Record) -> int | None:
     return int(ahead) + 1
 
 
-async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_position: int | None) -> str | None:
-    """Why a queued job has not started (or why a started attempt is still pending)."""
-    if job["state"] == "running":
-        return await conn.fetchval("SELECT pending_reason FROM attempts WHERE job_id = $1 AND attempt = $2", job["id"], job["attempt"])
-    if queue_position is None:
-        return None
-    profile = job["accelerator"]
-    offer = (await offers(conn)).get(profile)
-    need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1))
-    held = await conn.fetchval(
-        "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
-        " FROM jobs WHERE state = 'running' AND accelerator = $1",
-        profile,
+async def devices_held(conn: asyncpg.Connection, profile: str) -> int:
+    """Slots in use: one per running CPU job; for a GPU profile, the devices its jobs hold."""
+    return int(
+        await conn.fetchval(
+            "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
+            " FROM jobs WHERE state = 'running' AND accelerator = $1",
+            profile,
+        )
     )
-    ahead = queue_position - 1
+
+
+def blocker(profile: str, offer: Offer | None, need: int, held: int, ahead: int) -> str:
+    """Why a queued job that needs ``need`` slots, with ``ahead`` jobs before it, has not started."""
     parts = [f"{ahead} job{'s' if ahead != 1 else ''} ahead on {profile}"]
-    resource = PROFILES[profile].resource or profile
+    resource = PROFILES[profile].resource or profile if profile in PROFILES else profile
     if offer is None:
         parts.append(f"no allocatable {resource}")
     elif need > offer.per_job:
@@ -104,6 +102,32 @@ async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_posit
     else:
         parts.append("about to start")
     return "; ".join(parts)
+
+
+def need_of(profile: str, spec: dict[str, Any]) -> int:
+    return 1 if profile == "cpu" else int(spec.get("devices", 1))
+
+
+async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_position: int | None) -> str | None:
+    """Why a queued job has not started (or why a started attempt is still pending)."""
+    if job["state"] == "running":
+        return await conn.fetchval("SELECT pending_reason FROM attempts WHERE job_id = $1 AND attempt = $2", job["id"], job["attempt"])
+    if queue_position is None:
+        return None
+    profile = job["accelerator"]
+    offer = (await offers(conn)).get(profile)
+    return blocker(profile, offer, need_of(profile, job["spec"]), await devices_held(conn, profile), queue_position - 1)
+
+
+async def estimated_start(conn: asyncpg.Connection, job: asyncpg.Record) -> datetime | None:
+    """When a queued job may start (None when unknown or not queued)."""
+    if job["state"] != "queued":
+        return None
+    for q in await queue_view(conn, job["project_id"], only=job["accelerator"]):
+        for entry in q["queued"]:
+            if entry["id"] == job["id"]:
+                return entry["estimated_start"]  # type: ignore[no-any-return]
+    return None
 
 
 async def typical_durations(conn: asyncpg.Connection) -> dict[tuple[str, str], float]:
@@ -150,20 +174,21 @@ def estimate_starts(
     return out
 
 
-async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID) -> list[dict[str, Any]]:
-    """Every profile's queue in admission order, with positions and estimated starts."""
+async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID, *, only: str | None = None) -> list[dict[str, Any]]:
+    """Every profile's queue (or ``only`` one's) in admission order, with positions, what each job
+    waits for and estimated starts."""
     available = await offers(conn)
     typical = await typical_durations(conn)
     now = datetime.now(UTC)
     out: list[dict[str, Any]] = []
-    for profile in sorted(
-        {*available, *[r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]}
-    ):
+    profiles = {*available, *[r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]}
+    for profile in sorted(p for p in profiles if only is None or p == only):
+        held = await devices_held(conn, profile)
         queued = [
             dict(r)
             for r in await conn.fetch(
-                "SELECT id, name, task, accelerator, priority, queued_at FROM jobs WHERE state = 'queued' AND accelerator = $1 AND project_id = $2"
-                " ORDER BY priority DESC, queued_at, id",
+                "SELECT id, name, task, accelerator, priority, queued_at, spec FROM jobs WHERE state = 'queued' AND accelerator = $1"
+                " AND project_id = $2 ORDER BY priority DESC, queued_at, id",
                 profile,
                 project_id,
             )
@@ -188,6 +213,7 @@ async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID) -> list[di
                         "task": q["task"],
                         "priority": q["priority"],
                         "position": i + 1,
+                        "waiting_for": blocker(profile, available.get(profile), need_of(profile, q["spec"]), held, i),
                         "estimated_start": starts[q["id"]],
                     }
                     for i, q in enumerate(queued)

@@ -69,6 +69,7 @@ class Job(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list, description="Every time the job's trainer was started (GET /v1/jobs/{id})")
     queue_position: int | None = Field(None, description="1-based place in its accelerator's queue, while queued")
     waiting_for: str | None = Field(None, description="Why it has not started yet")
+    estimated_start: datetime | None = Field(None, description="While queued: when it may start (None when unknown)")
     mlflow_url: str | None = Field(None, description="The MLflow run mirroring this job, when the mirror is on")
     stop_requested: bool
     output_uri: str | None

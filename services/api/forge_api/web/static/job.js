@@ -46,7 +46,8 @@ function renderHeader() {
   const queue = $("queue-info");
   if (job.state === "queued") {
     const where = job.queue_position ? `position ${job.queue_position} in the ${job.accelerator} queue` : `in the ${job.accelerator} queue`;
-    queue.textContent = `Queued: ${where}.${job.waiting_for ? ` Waiting for: ${job.waiting_for}.` : ""}`;
+    const eta = job.estimated_start ? ` Estimated start: ${new Date(job.estimated_start).toLocaleString()}.` : "";
+    queue.textContent = `Queued: ${where}.${job.waiting_for ? ` Waiting for: ${job.waiting_for}.` : ""}${eta}`;
     queue.hidden = false;
   } else if (job.state === "draft") {
     queue.textContent = "Draft: not queued yet. Start it to queue it, or duplicate it to change its spec.";
