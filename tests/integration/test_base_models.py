@@ -68,6 +68,11 @@ async def test_a_checked_local_checkpoint_joins_the_pool_with_its_digest(api: ht
     assert (await api.delete("/v1/base-models/my-qwen")).status_code == 204
     pytorch = await api.post("/v1/base-models", json=entry("my-qwen-bin", str(torch_file(tmp_path / "bin"))))
     assert pytorch.status_code == 201, pytorch.text
+    mistral = checkpoint(tmp_path / "mistral", model_type="mistral")
+    refused = await api.post("/v1/base-models", json=entry("my-mistral", str(mistral)))
+    assert refused.status_code == 422 and "family qwen2 needs one of qwen2" in refused.json()["detail"]
+    anything = await api.post("/v1/base-models", json=entry("my-mistral", str(mistral), family="causal-lm"))
+    assert anything.status_code == 201 and anything.json()["tasks"] == ["llm-sft"]  # any other causal LM
     assert (await api.delete("/v1/base-models/qwen2-tiny")).status_code == 409  # shipped entries stay
 
 

@@ -99,18 +99,18 @@ def write_images(root: Path, n: int = 40, *, long_answers: int = 0) -> Path:
     return root
 
 
-def save_checkpoint(folder: Path, *, template: str | None) -> dict[str, Any]:
+def save_checkpoint(folder: Path, *, template: str | None, model_type: str = "qwen2", family: str = "qwen2") -> dict[str, Any]:
     """A real Hugging Face checkpoint folder (save_pretrained) and its local pool entry."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     texts = chat.corpus(Conversation([Message("user", f"What is the capital of {c}?"), Message("assistant", a)]) for c, a in CAPITALS)
     tokenizer = chat.train_tokenizer(texts, 512, with_image_token=False)
     tokenizer.chat_template = template
-    config = AutoConfig.for_model("qwen2", **TINY_TEXT, vocab_size=len(tokenizer))
+    config = AutoConfig.for_model(model_type, **TINY_TEXT, vocab_size=len(tokenizer))
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"name": "my-qwen2", "family": "qwen2", "tasks": ["llm-sft"], "source": {"kind": "local", "uri": str(folder)}}
+    return {"name": f"my-{model_type}", "family": family, "tasks": ["llm-sft"], "source": {"kind": "local", "uri": str(folder)}}
 
 
 # ---- running the trainer -------------------------------------------------------------------------
@@ -323,6 +323,15 @@ def test_a_real_checkpoint_folder_fine_tunes(sft_chats: Path, tmp_path: Path) ->
     adapter = json.loads((tmp_path / "out" / "adapter" / "adapter_config.json").read_text())
     assert sorted(adapter["target_modules"]) == ["q_proj", "v_proj"] and adapter["base_model_name_or_path"] == "my-qwen2"
     assert not (tmp_path / "out" / "base-model").exists()  # the checkpoint is the base
+
+
+def test_any_other_causal_lm_checkpoint_fine_tunes_with_lora_on_every_linear_layer(sft_chats: Path, tmp_path: Path) -> None:
+    spec = save_checkpoint(tmp_path / "ckpt", template=CHATML_UNMARKED, model_type="mistral", family="causal-lm")
+    result = sft_run(sft_chats, tmp_path / "out", spec, {**FAST, "method": "lora", "epochs": 1})
+    assert result.outcome.state == "succeeded", result.log
+    adapter = json.loads((tmp_path / "out" / "adapter" / "adapter_config.json").read_text())
+    adapted = {name.rsplit(".", 1)[-1] for name in adapter["target_modules"]}
+    assert adapted >= {"q_proj", "v_proj", "gate_proj", "down_proj"} and "lm_head" not in adapted  # all-linear: found, not named
 
 
 def test_a_checkpoint_under_an_s3_prefix_fine_tunes_into_s3(sft_chats: Path, tmp_path: Path, s3_server: dict[str, str]) -> None:

@@ -449,7 +449,7 @@ def base_models_show(name: str, api: ApiOption = "http://127.0.0.1:8000", output
 @base_models_app.command("add")
 def base_models_add(
     name: str,
-    family: Annotated[str, typer.Option(help="timm, rt-detr, rt-detr-v2, segformer, qwen2, llama, qwen2-vl, idefics3, llava")],
+    family: Annotated[str, typer.Option(help="timm, rt-detr, rt-detr-v2, segformer, qwen2, llama, causal-lm, qwen2-vl, idefics3, llava")],
     source: Annotated[str, typer.Option(help="A folder, s3://bucket/prefix, hub:<id>, or config:<file.json>")],
     architecture: Annotated[str | None, typer.Option(help="timm: the architecture of the checkpoint")] = None,
     license: str = "",

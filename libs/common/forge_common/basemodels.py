@@ -50,7 +50,16 @@ FAMILIES: dict[str, Family] = {
         Family("segformer", (Task.SEGMENTATION,), "SegFormer semantic segmentation", ("segformer",)),
         Family("qwen2", (Task.LLM_SFT,), "Qwen2 / Qwen2.5 causal language models", ("qwen2",), needs_tokenizer=True),
         Family("llama", (Task.LLM_SFT,), "LLaMA-family causal language models", ("llama",), needs_tokenizer=True),
-        Family("qwen2-vl", (Task.VLM_SFT,), "Qwen2-VL vision-language models", ("qwen2_vl",), needs_tokenizer=True, needs_processor=True),
+        # any other AutoModelForCausalLM checkpoint: LoRA then targets every linear layer but the head
+        Family("causal-lm", (Task.LLM_SFT,), "any other causal language model (Mistral, Gemma, Phi, Qwen3, …)", needs_tokenizer=True),
+        Family(
+            "qwen2-vl",
+            (Task.VLM_SFT,),
+            "Qwen2-VL / Qwen2.5-VL vision-language models",
+            ("qwen2_vl", "qwen2_5_vl"),
+            needs_tokenizer=True,
+            needs_processor=True,
+        ),
         Family(
             "idefics3",
             (Task.VLM_SFT,),

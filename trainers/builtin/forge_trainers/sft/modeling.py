@@ -36,7 +36,8 @@ from . import chat
 from .params import Params
 
 LM_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LLM_FAMILIES = ("qwen2", "llama")
+LLM_FAMILIES = ("qwen2", "llama")  # their projections are known by name
+TEXT_FAMILIES = (*LLM_FAMILIES, "causal-lm")
 VLM_FAMILIES = ("qwen2-vl", "idefics3", "llava")
 # module-name parts of the vision side of VLMs: never adapted, never quantized
 VISION_PARTS = ("vision_tower", "visual", "vision_model", "multi_modal_projector", "connector", "image_newline")
@@ -95,7 +96,7 @@ class Base:
 def is_vlm_task(config: dict[str, Any], spec: pool.BaseModelSpec) -> bool:
     task = config.get("task")
     if task in ("llm-sft", "vlm-sft"):
-        if (task == "vlm-sft" and spec.family in LLM_FAMILIES) or (task == "llm-sft" and spec.family in VLM_FAMILIES):
+        if (task == "vlm-sft" and spec.family in TEXT_FAMILIES) or (task == "llm-sft" and spec.family in VLM_FAMILIES):
             raise TrainerError("bad_config", f"base model {spec.name!r} (family {spec.family}) cannot serve task {task}")
         return bool(task == "vlm-sft")
     if task is not None:
