@@ -337,3 +337,15 @@ async def test_losing_a_race_with_a_concurrent_delete_is_a_409_not_a_500(
         await other.close()
     assert r.status_code == 409 and r.json()["type"] == "conflict"
     assert "deleted by a concurrent request" in r.json()["detail"]
+
+
+async def test_a_job_says_which_unit_decides_stop_versus_cancel(api: httpx.AsyncClient, sample_dataset: Path, tmp_path: Path) -> None:
+    from ..unit.datasets import helpers
+
+    await upload(api, "chat", tar_of(helpers.build_sft(tmp_path / "chat")))
+    llm = {"task": "llm-sft", "dataset": {"name": "chat", "version": 1}, "base_model": "qwen2-tiny"}
+    by_checkpoint = (await api.post("/v1/jobs", json={**llm, "name": "long", "hyperparameters": {"save_steps": 50}})).json()
+    assert by_checkpoint["progress_unit"] == "checkpoint of 50 steps"
+    assert (await api.post("/v1/jobs", json={**llm, "name": "short"})).json()["progress_unit"] == "epoch"
+    await upload(api, "shapes", tar_of(sample_dataset))
+    assert (await api.post("/v1/jobs", json=SPEC)).json()["progress_unit"] == "epoch"

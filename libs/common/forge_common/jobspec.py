@@ -91,7 +91,12 @@ class SFTHyperparameters(BaseModel):
     gradient_checkpointing: bool = Field(False, description="Trade compute for memory")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 where the device supports it")
     eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (default: every epoch)")
-    save_steps: int | None = Field(None, ge=1, description="Checkpoint every N steps (default: every epoch)")
+    save_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Checkpoint every N steps (default: every epoch); each checkpoint is then the unit that counts as"
+        " completed — for progress, the best model, and stop (after one) versus cancel (before)",
+    )
     merge: bool = Field(False, description="Also produce the base model with the adapter merged in")
     chat_template: str | None = Field(None, description="A Jinja chat template, when the base model has none")
     train_val_ratio: float = Field(0.8, gt=0.0, lt=1.0, description="Share of conversations used for training")

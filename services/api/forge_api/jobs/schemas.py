@@ -43,6 +43,12 @@ class Attempt(BaseModel):
     retried: bool
 
 
+def progress_unit(spec: dict[str, Any]) -> str:
+    sft = spec.get("task") in ("llm-sft", "vlm-sft") and not spec.get("trainer")
+    steps = (spec.get("hyperparameters") or {}).get("save_steps")
+    return f"checkpoint of {steps} steps" if sft and steps else "epoch"
+
+
 class Job(BaseModel):
     id: uuid.UUID
     name: str
@@ -60,6 +66,11 @@ class Job(BaseModel):
     custom_image: str | None = None
     custom_script: dict[str, Any] | None = Field(None, description="The script it runs: uri, and the sha256 and size of the bytes fetched")
     main_metric: str | None = Field(None, description="The metric that picks the best epoch")
+    progress_unit: str = Field(
+        "epoch",
+        description="What counts as a completed unit (progress, best model, stop versus cancel): an epoch, or for an"
+        " LLM/VLM job with save_steps a checkpoint every save_steps optimizer steps",
+    )
     accelerator: str
     devices: int
     priority: str
@@ -102,6 +113,7 @@ class Job(BaseModel):
             if spec.get("custom_script")
             else None,
             main_metric=spec.get("main_metric"),
+            progress_unit=progress_unit(spec),
             accelerator=row["accelerator"],
             devices=spec.get("devices", 1),
             priority=spec.get("priority", "normal"),

@@ -57,6 +57,17 @@ function renderHeader() {
   }
 }
 
+// An epoch, or (an LLM job with save_steps) a checkpoint interval: what progress counts, what
+// picks the best model, and what decides stop versus cancel.
+const unitName = () => (job && job.progress_unit && job.progress_unit !== "epoch" ? "checkpoint" : "epoch");
+
+function renderUnit() {
+  const unit = unitName();
+  $("epoch-label").textContent = unit === "epoch" ? "Epochs" : `Checkpoints (each ${job.progress_unit.replace("checkpoint of ", "")})`;
+  $("stop-rule-unit").textContent = unit === "epoch" ? "epoch" : `checkpoint (every ${job.progress_unit.replace("checkpoint of ", "")})`;
+  $("epoch-caption").textContent = unit === "epoch" ? "Completed epochs" : "Completed checkpoints";
+}
+
 function renderProgress() {
   const total = job.total_epochs;
   const done = completed();
@@ -66,7 +77,7 @@ function renderProgress() {
   const steps = job.state === "succeeded" ? 1 : Math.max(stepProgress, job.progress || 0);
   $("step-progress").value = steps;
   $("step-text").textContent = percent(steps);
-  $("epoch-progress").setAttribute("aria-valuetext", `${done} of ${total ?? "unknown"} epochs completed`);
+  $("epoch-progress").setAttribute("aria-valuetext", `${done} of ${total ?? "unknown"} ${unitName()}s completed`);
   $("step-progress").setAttribute("aria-valuetext", `${percent(steps)} of all steps`);
 }
 
@@ -90,8 +101,8 @@ function renderActions() {
     stop.setAttribute("aria-describedby", "stop-rule stop-outcome");
   }
   outcome.textContent = completed() >= 1
-    ? `${completed()} epoch(s) completed: stopping now ends Stopped and keeps the best model.`
-    : "No epoch completed yet: stopping now ends Canceled and keeps nothing.";
+    ? `${completed()} ${unitName()}(s) completed: stopping now ends Stopped and keeps the best model.`
+    : `No ${unitName()} completed yet: stopping now ends Canceled and keeps nothing.`;
 }
 
 function dl(node, entries) {
@@ -211,6 +222,7 @@ async function renderArtifacts() {
 function renderAll() {
   if (!job) return;
   renderHeader();
+  renderUnit();
   renderProgress();
   renderActions();
   renderSummary();
