@@ -79,6 +79,7 @@ async def test_a_resumed_job_registers_its_newer_model_as_a_new_version(
         assert row is not None and (row["version"], row["attempt"]) == (2, 2) and row["onnx_uri"] == out.uri_of("model.onnx")
         shown = await api.get(f"/v1/jobs/{job}")
         assert shown.json()["model"] == {"name": "model-stopped", "version": 2}
+        assert [(a["attempt"], a["outcome"]) for a in shown.json()["attempts"]] == [(1, "stopped"), (2, "succeeded")]
         assert (await api.post(f"/v1/jobs/{job}/deploy")).status_code == 200
     finally:
         await pool.close()

@@ -406,3 +406,35 @@ async def test_a_gpu_job_never_starts_unconfined(make_scheduler: Any, pool: asyn
         await conn.execute("UPDATE jobs SET state = 'failed' WHERE id = $1", old)
     assert await scheduler.admit() == [new]
     await run_until(scheduler, pool, new, {"succeeded", "failed"})
+
+
+OOM_KILLED = """
+import os, signal, forge_sdk
+with forge_sdk.init() as run:
+    run.start(3, steps_per_epoch=5)
+    run.report(1, epoch=1, loss=1.0)
+    os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer does
+"""
+
+OOM_REPORTED = """
+import forge_sdk
+with forge_sdk.init() as run:
+    run.start(3, steps_per_epoch=5)
+    raise MemoryError("cannot allocate")
+"""
+
+
+@pytest.mark.parametrize("script", [OOM_KILLED, OOM_REPORTED], ids=["killed", "reported"])
+async def test_out_of_memory_is_never_retried(make_scheduler: Any, pool: asyncpg.Pool, script: str) -> None:
+    scheduler = make_scheduler(script=script, max_retries=3)  # retries are there, yet unused
+    job = await queued_job(pool)
+    await scheduler.admit()
+    row = await run_until(scheduler, pool, job, {"failed", "succeeded"})
+    assert row["state"] == "failed" and row["error"]["reason"] == "out_of_memory", row["error"]
+    for _ in range(5):
+        await scheduler.check_running()
+        await scheduler.admit()
+    async with pool.acquire() as conn:
+        attempts = await conn.fetch("SELECT attempt, retried FROM attempts WHERE job_id = $1", job)
+    assert [(a["attempt"], a["retried"]) for a in attempts] == [(1, False)]
+    assert (await state_of(pool, job))["state"] == "failed"
