@@ -19,7 +19,8 @@ from urllib.parse import urlparse
 import asyncpg
 import pytest
 
-from forge_common.events import EpochCompleted, EpochCompletedData, decode
+from forge_common.events import EpochCompleted, EpochCompletedData, LogLines, decode
+from forge_common.outbox import OutboxRelay
 from forge_common.settings import CommonSettings
 from forge_common.states import JobState
 from forge_common.storage import open_store
@@ -454,6 +455,32 @@ async def test_the_scheduler_runs_a_job_as_a_kubernetes_job(pool: asyncpg.Pool, 
     row = await _job(pool, job_id)
     assert row["state"] == "succeeded" and row["epochs_completed"] == 2 and row["best_metrics"] == {"top1": 0.75}
     assert (await _attempt(pool, job_id))["exit_code"] == 0
+
+
+async def test_a_trainer_that_never_started_has_the_executors_account_as_its_log(
+    pool: asyncpg.Pool, js: Any, common_settings: CommonSettings, scheduler_on: Any, fake: FakeKube
+) -> None:
+    scheduler = scheduler_on(fake)
+    async with pool.acquire() as conn:
+        job_id = await insert_job(conn, state="queued", name="k8s-no-image", attempt=0)
+    await scheduler.admit()
+    name = job_name(str(job_id), 1)
+    fake.schedule(name, "gpu-1")
+    await scheduler.check_running()  # pending: waiting for the container
+    fake.pull_fails(name, "InvalidImageName", 'couldn\'t parse image name "Not A Valid Image"')
+    assert await scheduler.check_running() == 1
+    row = await _job(pool, job_id)
+    assert row["state"] == "failed" and row["error"]["reason"] == "image_pull"
+    async with pool.acquire() as conn:
+        lines = [
+            r["text"] for r in await conn.fetch("SELECT text FROM log_lines WHERE job_id = $1 AND attempt = 1 ORDER BY line_no", job_id)
+        ]
+    assert lines[0].startswith("[forge] it was waiting: ") and "cannot pull the trainer image" in lines[1]
+    assert lines[-1].startswith("[forge] hint: ")
+    await OutboxRelay(pool, js, producer="scheduler").drain()
+    (msg,) = await collect(js, Subjects(common_settings.bus_prefix).job(job_id, "logs"), 1)
+    event = decode(msg.data)
+    assert isinstance(event, LogLines) and event.data.eof and [line.text for line in event.data.lines] == lines  # followers stop waiting
 
 
 async def test_stop_through_the_scheduler_is_a_graceful_pod_deletion(pool: asyncpg.Pool, scheduler_on: Any, fake: FakeKube) -> None:

@@ -25,6 +25,9 @@ from forge_common.events import (
     EpochCompleted,
     JobStatusChanged,
     JobStatusChangedData,
+    LogLine,
+    LogLines,
+    LogLinesData,
 )
 from forge_common.jobspec import TRAINERS, Task
 from forge_common.settings import CommonSettings
@@ -273,7 +276,7 @@ class Scheduler:
                     await self.finalize(
                         job["id"],
                         job["attempt"],
-                        ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}", reason="launch_failed"),
+                        ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}", reason="launch_failed", never_started=True),
                         Handle(""),
                     )
             return [job["id"] for job in started]
@@ -391,7 +394,10 @@ class Scheduler:
         except Exception as exc:
             log.error("job %s: cannot start the trainer: %s", job["id"], exc)
             await self.finalize(
-                job["id"], job["attempt"], ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}"), Handle(attempt["run_ref"])
+                job["id"],
+                job["attempt"],
+                ExitStatus(returncode=127, error=f"cannot start the trainer: {exc}", never_started=True),
+                Handle(attempt["run_ref"]),
             )
             return
         self.handles[(job["id"], job["attempt"])] = handle
@@ -518,6 +524,28 @@ class Scheduler:
             return 0  # a killed trainer's exit is read on the next pass
         return 1 if await self.finalize(a["job_id"], a["attempt"], status, handle) is not None else 0
 
+    async def _executor_notes(
+        self, conn: asyncpg.Connection, job: asyncpg.Record, attempt: asyncpg.Record, status: ExitStatus, decision: Decision
+    ) -> None:
+        """A trainer that never started has no output: its log is the executor's account — what it
+        waited for and why it gave up — stored and streamed like output (and its end, so followers
+        stop waiting)."""
+        notes = [f"[forge] the trainer never started: {status.error or decision.message}"]
+        if attempt["pending_reason"]:
+            notes.insert(0, f"[forge] it was waiting: {attempt['pending_reason']}")
+        if decision.hint:
+            notes.append(f"[forge] hint: {decision.hint}")
+        now = datetime.now(UTC)
+        lines = [LogLine(line_no=i, ts=now, text=text) for i, text in enumerate(notes, start=1)]
+        written = await repo.add_executor_notes(conn, job["id"], attempt["attempt"], [(line.line_no, now, line.text) for line in lines])
+        if written:
+            event = LogLines.of(
+                LogLinesData(job_id=job["id"], attempt=attempt["attempt"], lines=lines, eof=True),
+                source=SOURCE,
+                traceparent=job["traceparent"],
+            )
+            await outbox.add(conn, self.subjects, event, producer=PRODUCER)
+
     async def _launched_elsewhere(self, attempt: asyncpg.Record) -> bool:
         """An attempt without a pid is either being launched right now or its launch was lost."""
         return (Path(attempt["run_ref"]) / "exit.json").exists() or (datetime.now(UTC) - attempt["started_at"]).total_seconds() > 60
@@ -545,6 +573,8 @@ class Scheduler:
             retries_used = await repo.count_retries(conn, job_id)
             retry = decision.reason in RETRYABLE and retries_used < self.settings.max_retries
             await repo.finish_attempt(conn, job_id, attempt_no, exit_code=status.returncode, outcome=decision.state.value, retried=retry)
+            if status.never_started:
+                await self._executor_notes(conn, job, attempt, status, decision)
             with telemetry.span("scheduler.finish", traceparent=job["traceparent"], job_id=job_id, state=decision.state.value):
                 if retry:
                     row = await repo.transition(

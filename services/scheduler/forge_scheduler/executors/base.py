@@ -45,6 +45,7 @@ class ExitStatus:
     lost: bool = False  # gone without an exit record: killed with its launcher / pod vanished
     error: str | None = None  # the executor could not start the trainer, and why
     reason: str | None = None  # what the executor knows: out_of_memory, image_pull, unschedulable, deadline_exceeded
+    never_started: bool = False  # the trainer never ran (no output to read): the executor's account is its log
 
 
 @dataclass(frozen=True)

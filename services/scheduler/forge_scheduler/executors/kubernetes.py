@@ -609,7 +609,7 @@ class KubernetesExecutor:
         await self.client.delete_job(namespace, name, grace_seconds=0)
         self._pull_failing_since.pop(run_ref, None)
         log.warning("%s: %s", run_ref, message)
-        return ExitStatus(returncode=None, error=message, reason=reason)
+        return ExitStatus(returncode=None, error=message, reason=reason, never_started=True)
 
     async def pending_reason(self, handle: Handle) -> str | None:
         namespace, name = split_run_ref(handle.run_ref)
