@@ -17,7 +17,7 @@ from forge_common.outbox import OutboxRelay
 from forge_common.settings import CommonSettings
 from forge_common.storage import open_store
 from forge_common.subjects import Subjects
-from forge_scheduler.executors.base import Capacity
+from forge_scheduler.executors.base import Capacity, LaunchSpec
 from forge_scheduler.executors.local import LocalExecutor
 from forge_scheduler.service import Scheduler
 from forge_scheduler.settings import SchedulerSettings
@@ -438,3 +438,71 @@ async def test_out_of_memory_is_never_retried(make_scheduler: Any, pool: asyncpg
         attempts = await conn.fetch("SELECT attempt, retried FROM attempts WHERE job_id = $1", job)
     assert [(a["attempt"], a["retried"]) for a in attempts] == [(1, False)]
     assert (await state_of(pool, job))["state"] == "failed"
+
+
+FAKE_RUNTIME = """#!{python}
+# A stand-in for docker/podman (no container engine here): records its arguments, then runs the
+# "image" — a script named after it next to this file — with only the environment passed by name.
+import json, os, pathlib, sys
+here = pathlib.Path(__file__).parent
+args = sys.argv[1:]
+with (here / "calls.jsonl").open("a") as fh:
+    fh.write(json.dumps(args) + "\\n")
+if args[0] != "run":
+    sys.exit(0)
+i, names, mounts, workdir = 1, [], [], None
+while args[i].startswith("--"):
+    if args[i] == "--rm":
+        i += 1
+        continue
+    flag, value = args[i], args[i + 1]
+    i += 2
+    if flag == "--env":
+        names.append(value)
+    elif flag == "--volume":
+        mounts.append(value.split(":")[0])
+    elif flag == "--workdir":
+        workdir = value
+image, command = args[i], args[i + 1 :]
+assert all(pathlib.Path(m).exists() for m in mounts), mounts
+env = {{k: os.environ[k] for k in names if k in os.environ}}
+os.chdir(workdir)
+entry = here / (image.replace("/", "_").replace(":", "_") + ".py")
+os.execve(sys.executable, [sys.executable, str(entry), *command], env)
+"""
+
+
+async def test_a_custom_image_runs_locally_through_a_configured_container_runtime(
+    pool: asyncpg.Pool, common_settings: CommonSettings, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "runtime"
+    bin_dir.mkdir()
+    runtime = bin_dir / "docker"
+    runtime.write_text(FAKE_RUNTIME.format(python=sys.executable))
+    runtime.chmod(0o755)
+    (bin_dir / "example_trainer_1.py").write_text(trainer())  # the image's entrypoint: an SDK trainer
+    executor = LocalExecutor(tmp_path / "runs", container_runtime=str(runtime))
+    settings = SchedulerSettings(poll_seconds=0.05)
+    scheduler = Scheduler(pool, open_store(common_settings), executor, Subjects(common_settings.bus_prefix), settings, common_settings)
+    await scheduler.refresh_capacity()
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT bool_and(runs_images) FROM accelerator_capacity WHERE executor = 'local'")
+        job = await insert_job(conn, state="queued", name="in-a-container", attempt=0, custom_image="example/trainer:1")
+    await scheduler.admit()
+    done = await run_until(scheduler, pool, job, {"succeeded", "failed"})
+    assert done["state"] == "succeeded" and done["epochs_completed"] == 2, done["error"]
+    (call,) = [json.loads(line) for line in (bin_dir / "calls.jsonl").read_text().splitlines()]
+    assert call[:2] == ["run", "--rm"] and call[-1] == "example/trainer:1"  # the image's own entrypoint
+    names = [call[i + 1] for i, arg in enumerate(call) if arg == "--env"]
+    assert {"OUTPUT_DIR", "CONFIG_JSON", "FORGE_RESULT_FILE"} <= set(names)
+    assert not [arg for arg in call if "hyperparameters" in arg]  # values never on the command line
+    async with pool.acquire() as conn:
+        attempt = await conn.fetchrow("SELECT * FROM attempts WHERE job_id = $1", job)
+    assert f"{attempt['run_ref']}:{attempt['run_ref']}" in call
+
+
+async def test_without_a_runtime_the_local_executor_refuses_images(tmp_path: Path) -> None:
+    executor = LocalExecutor(tmp_path / "runs")
+    spec = LaunchSpec(job_id="j", attempt=1, run_ref=str(tmp_path / "runs" / "j" / "1"), command=[], env={}, image="example/trainer:1")
+    with pytest.raises(ValueError, match="FORGE_SCHEDULER_CONTAINER_RUNTIME"):
+        await executor.launch(spec)

@@ -443,6 +443,65 @@ def test_a_qwen2_vl_checkpoint_fine_tunes_with_qlora(tmp_path: Path) -> None:
     assert "language_model" in adapter["target_modules"]
 
 
+def save_idefics3_checkpoint(folder: Path) -> dict[str, Any]:
+    """A tiny SmolVLM (Idefics3) checkpoint folder: 32-pixel images, no splitting, 4 tokens per image."""
+    from transformers import AutoConfig, AutoModelForImageTextToText, Idefics3ImageProcessor, Idefics3Processor
+
+    template = (
+        "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+        "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
+        "{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '<image>' }}{% else %}{{ part['text'] }}{% endif %}"
+        "{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+    )
+    tokenizer = chat.train_tokenizer(
+        chat.corpus([Conversation([Message("User", "What color is this square?"), Message("Assistant", "It is red green blue yellow.")])]),
+        400,
+        with_image_token=False,
+    )
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": ["<|im_start|>", "<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]}
+    )
+    tokenizer.eos_token = "<end_of_utterance>"
+    # no splitting: each image is one 32x32 square, (32 / 8) ** 2 / 2 ** 2 = 4 tokens
+    images = Idefics3ImageProcessor(size={"longest_edge": 32}, max_image_size={"longest_edge": 32}, do_image_splitting=False)
+    Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=4, chat_template=template).save_pretrained(folder)
+    config = AutoConfig.for_model(
+        "idefics3",
+        text_config={"model_type": "llama", **TINY_TEXT, "vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 32,
+            "patch_size": 8,
+        },
+        scale_factor=2,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModelForImageTextToText.from_config(config).save_pretrained(folder)
+    return {"name": "my-smolvlm", "family": "idefics3", "tasks": ["vlm-sft"], "source": {"kind": "local", "uri": str(folder)}}
+
+
+@pytest.mark.slow
+def test_an_idefics3_checkpoint_fine_tunes_with_lora(tmp_path: Path) -> None:
+    """SmolVLM: per-sample image tensors, its own template (no generation marks), the text model adapted only."""
+    from safetensors import safe_open
+
+    spec = save_idefics3_checkpoint(tmp_path / "ckpt")
+    result = sft_run(write_images(tmp_path / "data"), tmp_path / "out", spec, {**FAST, "batch": 4, "method": "lora", "epochs": 1})
+    assert result.outcome.state == "succeeded", result.log
+    adapter = tmp_path / "out" / "adapter"
+    with safe_open(str(adapter / "adapter_model.safetensors"), "pt") as weights:
+        keys = list(weights.keys())
+    lora = [k for k in keys if "lora_" in k]
+    assert lora and all(".text_model." in k for k in lora)
+    assert not [k for k in keys if "vision_model" in k or "connector" in k]
+    assert (adapter / "processor_config.json").exists() or (adapter / "preprocessor_config.json").exists()
+
+
 @pytest.mark.slow
 def test_stop_after_the_first_epoch_keeps_the_adapter(sft_chats: Path, tmp_path: Path) -> None:
     """A real process and a real SIGTERM, as the scheduler's Stop sends it."""

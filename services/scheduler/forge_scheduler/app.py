@@ -39,7 +39,13 @@ async def make_executor(settings: SchedulerSettings, common: CommonSettings) -> 
     devices, note = ({}, "device detection is off")
     if settings.detect_devices:
         devices, note = await asyncio.to_thread(probe_devices, settings.trainer_python)
-    return LocalExecutor(settings.run_dir or common.home / "runs", cpu_slots=settings.cpu_slots, devices=devices, device_note=note)
+    return LocalExecutor(
+        settings.run_dir or common.home / "runs",
+        cpu_slots=settings.cpu_slots,
+        devices=devices,
+        device_note=note,
+        container_runtime=settings.container_runtime,
+    )
 
 
 def run() -> None:

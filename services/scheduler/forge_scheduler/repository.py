@@ -192,13 +192,14 @@ async def set_pending_reason(conn: asyncpg.Connection, job_id: uuid.UUID, attemp
     await conn.execute("UPDATE attempts SET pending_reason = $3 WHERE job_id = $1 AND attempt = $2", job_id, attempt, reason)
 
 
-async def save_capacity(conn: asyncpg.Connection, executor: str, capacity: list[Any]) -> None:
+async def save_capacity(conn: asyncpg.Connection, executor: str, capacity: list[Any], *, runs_images: bool = False) -> None:
     """What the executor can offer, for the api to show (one row per profile)."""
     async with conn.transaction():
         await conn.execute("DELETE FROM accelerator_capacity WHERE executor = $1", executor)
         await conn.executemany(
-            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job, allocatable) VALUES ($1, $2, $3, $4, $5, $6)",
-            [(executor, c.profile, c.total, c.detail, c.per_job, c.allocatable) for c in capacity],
+            "INSERT INTO accelerator_capacity (executor, profile, total, detail, per_job, allocatable, runs_images)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            [(executor, c.profile, c.total, c.detail, c.per_job, c.allocatable, runs_images) for c in capacity],
         )
 
 

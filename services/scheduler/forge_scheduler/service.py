@@ -214,7 +214,8 @@ class Scheduler:
         found = await self.executor.capacity()
         self.capacity = {c.profile: c for c in found if c.profile in PROFILES}
         async with self.pool.acquire() as conn:
-            await repo.save_capacity(conn, self.executor.name, list(self.capacity.values()))
+            runs_images = bool(getattr(self.executor, "runs_images", False))
+            await repo.save_capacity(conn, self.executor.name, list(self.capacity.values()), runs_images=runs_images)
         return self.capacity
 
     def slots(self, profile: str) -> int:

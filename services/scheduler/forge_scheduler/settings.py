@@ -15,6 +15,11 @@ class SchedulerSettings(BaseSettings):
     stop_grace_seconds: float = Field(60.0, gt=0, description="After Stop, how long a trainer may take to save and exit before SIGKILL")
     run_dir: Path | None = Field(None, description="Where local runs keep their output and scratch files (default: $FORGE_HOME/runs)")
     trainer_python: str = Field(sys.executable, description="Python interpreter that runs the built-in trainers")
+    container_runtime: str | None = Field(
+        None,
+        description="A container CLI (docker or podman) the local executor runs custom trainer images with;"
+        " unset: custom images need the Kubernetes executor",
+    )
     poll_seconds: float = Field(0.5, gt=0, description="How often running trainers are checked")
     keep_work_dir: bool = Field(False, description="Keep a finished run's scratch folder (for debugging)")
     executor: Literal["local", "kubernetes"] = Field(

@@ -223,6 +223,6 @@ async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID, *, only: s
     return out
 
 
-async def has_executor(conn: asyncpg.Connection, executor: str) -> bool:
-    """Whether a scheduler with that executor has reported its capacity."""
-    return bool(await conn.fetchval("SELECT true FROM accelerator_capacity WHERE executor = $1 LIMIT 1", executor))
+async def runs_images(conn: asyncpg.Connection) -> bool:
+    """Whether some scheduler can run custom trainer images (Kubernetes, or a local container runtime)."""
+    return bool(await conn.fetchval("SELECT true FROM accelerator_capacity WHERE runs_images LIMIT 1"))

@@ -167,10 +167,11 @@ async def _custom_code(
     if image and script_uri and body.custom_image and body.custom_script_uri:
         raise InvalidInput("give custom_image or custom_script_uri, not both", field="custom_script_uri")
     if image:
-        if not await queue.has_executor(conn, "kubernetes"):
+        if not await queue.runs_images(conn):
             raise InvalidInput(
                 "a custom image needs a container runtime: this installation runs trainers as local processes; "
-                "run the scheduler with the Kubernetes executor (FORGE_SCHEDULER_EXECUTOR=kubernetes), or use custom_script_uri",
+                "run the scheduler with the Kubernetes executor (FORGE_SCHEDULER_EXECUTOR=kubernetes) or give it a container"
+                " runtime (FORGE_SCHEDULER_CONTAINER_RUNTIME=docker), or use custom_script_uri",
                 field="custom_image" if body.custom_image else "trainer",
             )
         return {"custom_image": image, "image_pull_secret": body.image_pull_secret}

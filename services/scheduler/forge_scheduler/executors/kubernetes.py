@@ -450,6 +450,7 @@ def _now() -> datetime:
 
 class KubernetesExecutor:
     name = "kubernetes"
+    runs_images = True
 
     def __init__(self, client: KubeClient, settings: SchedulerSettings, *, clock: Callable[[], datetime] = _now) -> None:
         self.client = client

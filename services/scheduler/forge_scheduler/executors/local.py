@@ -83,10 +83,23 @@ def visibility(profile: str, indices: tuple[int, ...], parent: Mapping[str, str]
     return {var: ",".join(ids)}
 
 
+CONTAINER_FILE = "container"  # the container's name, for an attempt that runs a custom image
+
+
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, run_root: Path, *, cpu_slots: int = 1, devices: dict[str, int] | None = None, device_note: str = "") -> None:
+    def __init__(
+        self,
+        run_root: Path,
+        *,
+        cpu_slots: int = 1,
+        devices: dict[str, int] | None = None,
+        device_note: str = "",
+        container_runtime: str | None = None,
+    ) -> None:
+        self.container_runtime = container_runtime
+        self.runs_images = container_runtime is not None
         self.run_root = run_root.resolve()
         self.run_root.mkdir(parents=True, exist_ok=True)
         self.cpu_slots = cpu_slots
@@ -117,18 +130,50 @@ class LocalExecutor:
     # -- running -----------------------------------------------------------------------------------------
 
     async def launch(self, spec: LaunchSpec) -> Handle:
-        if spec.image:
-            raise ValueError("a custom image needs a container runtime: run this job on the Kubernetes executor")
+        if spec.image and self.container_runtime is None:
+            raise ValueError(
+                "a custom image needs a container runtime: set FORGE_SCHEDULER_CONTAINER_RUNTIME (docker or podman) "
+                "or run this job on the Kubernetes executor"
+            )
         return await asyncio.to_thread(self._launch, spec)
+
+    def container_command(self, spec: LaunchSpec, env: dict[str, str]) -> list[str]:
+        """The runtime's command line for a custom image: the image's own entrypoint (or the given
+        command) with the trainer's environment passed by name (values stay off the command line),
+        the run folder and the attempt's local inputs and outputs mounted at the same paths, and
+        the host's network (object storage on 127.0.0.1 stays reachable)."""
+        assert self.container_runtime is not None and spec.image is not None
+        run_dir = Path(spec.run_ref)
+        mounts = [f"{run_dir}:{run_dir}"]
+        for key, read_only in (("OUTPUT_DIR", False), ("INPUT_URI", True), ("RESUME_FROM", True)):
+            value = env.get(key, "")
+            path = Path(value.removeprefix("file://")) if value.startswith(("/", "file://")) else None
+            if path is None:
+                continue
+            if not read_only:
+                path.mkdir(parents=True, exist_ok=True)
+            if path.exists():
+                mounts.append(f"{path}:{path}" + (":ro" if read_only else ""))
+        name = f"forge-{spec.job_id}-{spec.attempt}"
+        command = [self.container_runtime, "run", "--rm", "--name", name, "--network", "host", "--workdir", str(run_dir)]
+        command += [arg for key in sorted(env) for arg in ("--env", key)]
+        command += [arg for mount in mounts for arg in ("--volume", mount)]
+        if spec.accelerator == "nvidia" and spec.visible_devices:
+            command += ["--gpus", "device=" + ",".join(map(str, spec.visible_devices))]
+        return [*command, spec.image, *spec.command]
 
     def _launch(self, spec: LaunchSpec) -> Handle:
         run_dir = Path(spec.run_ref)
         env = {**spec.env, **visibility(spec.accelerator, spec.visible_devices, os.environ)}
+        command = self.container_command(spec, env) if spec.image else spec.command
+        if spec.image:
+            (run_dir / CONTAINER_FILE).parent.mkdir(parents=True, exist_ok=True)
+            (run_dir / CONTAINER_FILE).write_text(f"forge-{spec.job_id}-{spec.attempt}\n")
         (run_dir / WORK_DIR).mkdir(parents=True, exist_ok=True)
         out = open(run_dir / OUTPUT_FILE, "ab", buffering=0)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "forge_scheduler.launcher", str(run_dir), "--", *spec.command],
+                [sys.executable, "-m", "forge_scheduler.launcher", str(run_dir), "--", *command],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -194,7 +239,12 @@ class LocalExecutor:
         return self._signal_group(handle, signal.SIGTERM)
 
     async def kill(self, handle: Handle) -> bool:
-        return self._signal_group(handle, signal.SIGKILL)
+        killed = self._signal_group(handle, signal.SIGKILL)
+        marker = Path(handle.run_ref) / CONTAINER_FILE
+        if self.container_runtime and marker.exists():  # the runtime's CLI is gone; its container is not
+            name = marker.read_text().strip()
+            await asyncio.to_thread(subprocess.run, [self.container_runtime, "kill", name], capture_output=True, timeout=30, check=False)
+        return killed
 
     async def read_result(self, handle: Handle) -> protocol.Outcome | None:
         path = Path(handle.run_ref) / RESULT_FILE
