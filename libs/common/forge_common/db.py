@@ -7,6 +7,7 @@ Each table has one owning service that writes it — see the comments in the mig
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -101,6 +102,16 @@ async def connect(url: str, *, size: int = 5) -> asyncpg.Pool:
     pool = await create_pool(url, size=size)
     await migrate(pool)
     return pool
+
+
+async def close(pool: asyncpg.Pool, *, seconds: float = 10.0) -> None:
+    """Close the pool, waiting at most ``seconds`` for connections still in use (a request or task
+    that never gave one back must not keep a service from stopping); then terminate the rest."""
+    try:
+        await asyncio.wait_for(pool.close(), seconds)
+    except TimeoutError:
+        log.warning("database pool: connections still in use after %.0f s; terminating them", seconds)
+        pool.terminate()
 
 
 def record(row: asyncpg.Record | None) -> dict[str, Any] | None:

@@ -92,8 +92,8 @@ class ServiceHost:
         if self._health is not None:
             self._health.close()
         with contextlib.suppress(Exception):
-            await self.nc.drain()
-        await self.pool.close()
+            await asyncio.wait_for(self.nc.drain(), 10)
+        await db.close(self.pool)
         telemetry.shutdown()
         log.info("%s: stopped", self.name)
 

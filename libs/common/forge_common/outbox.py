@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 
 from .bus import encode, headers_for
 from .events import Event
+from .runtime import wait_event
 from .subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,7 @@ class OutboxRelay:
                     raise
                 except Exception as exc:  # the server may be restarting: keep the rows, try later
                     log.warning("outbox relay (%s): publish failed, will retry: %s", self.producer, exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+                await wait_event(self._wake, self.poll_seconds)
         finally:
             with contextlib.suppress(Exception):
                 await listener.remove_listener(CHANNEL, self._on_notify)

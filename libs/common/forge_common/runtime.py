@@ -19,6 +19,18 @@ def configure_logging(level: str = "INFO") -> None:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
+    """Whether ``event`` was set within ``seconds``. For loops that must stay cancellable: on
+    Python 3.11 ``asyncio.wait_for`` can swallow a cancellation that arrives as the event is set
+    (and the loop then never ends); ``asyncio.timeout`` cannot."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Run ``main(stop)`` until it returns; SIGTERM and SIGINT set ``stop``."""
 

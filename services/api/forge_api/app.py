@@ -72,8 +72,8 @@ def create_app(common: CommonSettings | None = None, settings: ApiSettings | Non
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await relay
             with contextlib.suppress(Exception):
-                await nc.drain()
-            await pool.close()
+                await asyncio.wait_for(nc.drain(), 10)
+            await db.close(pool)
             telemetry.shutdown()
 
     app = FastAPI(

@@ -11,7 +11,6 @@ final state ends the run (FINISHED, FAILED or KILLED). The mapping job → run l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -21,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from forge_common.events import EpochCompleted, JobStatusChanged, MetricsReported, ModelRegistered
+from forge_common.runtime import wait_event
 from forge_common.states import JobState
 
 log = logging.getLogger(__name__)
@@ -147,8 +147,7 @@ class MlflowMirror:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.flush_seconds)
+            await wait_event(stop, self.flush_seconds)
             try:
                 await self.flush()
             except Exception:

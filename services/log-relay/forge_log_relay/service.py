@@ -32,6 +32,7 @@ from forge_common.events import (
     MetricsReportedData,
     stable_id,
 )
+from forge_common.runtime import wait_event
 from forge_common.subjects import Subjects
 from forge_sdk import protocol
 
@@ -257,8 +258,7 @@ class Follower:
                 await self._finish()
                 return
             if not progressed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.finishing.wait(), poll)
+                await wait_event(self.finishing, poll)
 
     async def _finish(self) -> None:
         """The output has been read to its end: say so, and remember it."""

@@ -30,6 +30,7 @@ from forge_common.events import (
     LogLinesData,
 )
 from forge_common.jobspec import TRAINERS, Task
+from forge_common.runtime import wait_event
 from forge_common.settings import CommonSettings
 from forge_common.states import DEPLOYABLE, RESUMABLE, JobState
 from forge_common.storage import ObjectStore
@@ -663,7 +664,4 @@ class Scheduler:
                 await self.check_running()
             except Exception:
                 log.exception("monitor pass failed")
-            try:
-                await asyncio.wait_for(stop.wait(), self.settings.poll_seconds)
-            except TimeoutError:
-                pass
+            await wait_event(stop, self.settings.poll_seconds)
