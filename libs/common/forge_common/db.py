@@ -104,6 +104,18 @@ async def connect(url: str, *, size: int = 5) -> asyncpg.Pool:
     return pool
 
 
+async def slots_in_use(conn: asyncpg.Connection, accelerator: str) -> int:
+    """Slots a profile's running jobs hold: one per CPU job; for a GPU profile, their devices. The
+    scheduler admits by it; the api explains waits by it."""
+    return int(
+        await conn.fetchval(
+            "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
+            " FROM jobs WHERE state = 'running' AND accelerator = $1",
+            accelerator,
+        )
+    )
+
+
 async def close(pool: asyncpg.Pool, *, seconds: float = 10.0) -> None:
     """Close the pool, waiting at most ``seconds`` for connections still in use (a request or task
     that never gave one back must not keep a service from stopping); then terminate the rest."""

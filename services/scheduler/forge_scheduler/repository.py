@@ -66,17 +66,6 @@ async def lock_admission(conn: asyncpg.Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock($1)", ADMISSION_LOCK)
 
 
-async def count_running(conn: asyncpg.Connection, accelerator: str) -> int:
-    """Slots in use: one per running CPU job; for a GPU profile, the devices its jobs hold."""
-    return int(
-        await conn.fetchval(
-            "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
-            " FROM jobs WHERE state = 'running' AND accelerator = $1",
-            accelerator,
-        )
-    )
-
-
 async def head_of_queue(conn: asyncpg.Connection, accelerator: str) -> asyncpg.Record | None:
     """The next job to admit: priority first, then first come first served (one index read)."""
     return await conn.fetchrow(

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from forge_common import outbox, telemetry
+from forge_common import db, outbox, telemetry
 from forge_common.accelerators import PROFILES
 from forge_common.errors import InvalidTransition
 from forge_common.events import (
@@ -259,7 +259,7 @@ class Scheduler:
             async with self.pool.acquire() as conn, conn.transaction():
                 await repo.lock_admission(conn)
                 for profile in self.capacity:
-                    free = self.slots(profile) - await repo.count_running(conn, profile)
+                    free = self.slots(profile) - await db.slots_in_use(conn, profile)
                     while free > 0:
                         job = await repo.head_of_queue(conn, profile)
                         need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1)) if job else 0

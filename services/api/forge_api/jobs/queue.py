@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from forge_common import db
 from forge_common.accelerators import PROFILES
 from forge_common.errors import InvalidInput
 
@@ -76,17 +77,6 @@ async def position(conn: asyncpg.Connection, job: asyncpg.Record) -> int | None:
     return int(ahead) + 1
 
 
-async def devices_held(conn: asyncpg.Connection, profile: str) -> int:
-    """Slots in use: one per running CPU job; for a GPU profile, the devices its jobs hold."""
-    return int(
-        await conn.fetchval(
-            "SELECT COALESCE(sum(CASE WHEN $1 = 'cpu' THEN 1 ELSE COALESCE((spec->>'devices')::int, 1) END), 0)"
-            " FROM jobs WHERE state = 'running' AND accelerator = $1",
-            profile,
-        )
-    )
-
-
 def blocker(profile: str, offer: Offer | None, need: int, held: int, ahead: int) -> str:
     """Why a queued job that needs ``need`` slots, with ``ahead`` jobs before it, has not started."""
     parts = [f"{ahead} job{'s' if ahead != 1 else ''} ahead on {profile}"]
@@ -116,7 +106,7 @@ async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_posit
         return None
     profile = job["accelerator"]
     offer = (await offers(conn)).get(profile)
-    return blocker(profile, offer, need_of(profile, job["spec"]), await devices_held(conn, profile), queue_position - 1)
+    return blocker(profile, offer, need_of(profile, job["spec"]), await db.slots_in_use(conn, profile), queue_position - 1)
 
 
 async def estimated_start(conn: asyncpg.Connection, job: asyncpg.Record) -> datetime | None:
@@ -183,7 +173,7 @@ async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID, *, only: s
     out: list[dict[str, Any]] = []
     profiles = {*available, *[r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]}
     for profile in sorted(p for p in profiles if only is None or p == only):
-        held = await devices_held(conn, profile)
+        held = await db.slots_in_use(conn, profile)
         queued = [
             dict(r)
             for r in await conn.fetch(
