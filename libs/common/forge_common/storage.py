@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO
 
-from forge_sdk.storage import LocalStore, Location, ObjectInfo, S3Config, S3Store, StorageError, Store
+from forge_sdk.storage import LocalStore, Location, ObjectInfo, S3Config, S3Store, StorageError, Store, clean_key
 
 from .settings import CommonSettings
 
@@ -38,8 +38,10 @@ class ObjectStore:
         root = root if root.endswith("/") else root + "/"
         if not uri.startswith(root):
             return None
-        key = uri[len(root) :]
-        return None if ".." in key.replace("\\", "/").split("/") else key
+        try:
+            return clean_key(uri[len(root) :])
+        except StorageError:
+            return None
 
     def location(self, prefix: str) -> Location:
         return Location(self.store, prefix)

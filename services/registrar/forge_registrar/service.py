@@ -17,7 +17,7 @@ from forge_common import outbox, telemetry
 from forge_common.events import ArtifactUploaded, ModelRegistered, ModelRegisteredData, ModelVersionDeleted, ModelVersionDeletedData
 from forge_common.storage import ObjectInfo
 from forge_common.subjects import Subjects
-from forge_sdk.storage import Location, S3Config, location_from_uri
+from forge_sdk.storage import Location, S3Config, StorageError, clean_key, location_from_uri
 
 from . import repository as repo
 
@@ -76,7 +76,11 @@ def _inside(location: Location, uri: Any) -> str | None:
     if not isinstance(uri, str) or not uri:
         return None
     root = location.uri.rstrip("/") + "/"
-    if not uri.startswith(root) or ".." in uri[len(root) :].split("/"):
+    try:
+        inside = uri.startswith(root) and clean_key(uri[len(root) :]) != ""
+    except StorageError:
+        inside = False
+    if not inside:
         log.warning("%s: the descriptor names %s, outside this job's output; ignored", location.uri, uri)
         return None
     return uri

@@ -71,7 +71,9 @@ class S3Config:
         return Minio(endpoint, access_key=self.access_key, secret_key=self.secret_key, secure=secure, region=self.region)
 
 
-def _clean_key(key: str) -> str:
+def clean_key(key: str) -> str:
+    """A key as '/'-separated parts without empty or '.' parts; StorageError when it climbs out
+    with '..' (every key a user's input can reach goes through this)."""
     parts = [p for p in PurePosixPath(key.replace("\\", "/")).parts if p not in ("", "/", ".")]
     if any(p == ".." for p in parts):
         raise StorageError(f"object key {key!r} escapes its location")
@@ -101,7 +103,7 @@ class LocalStore:
         self.root = Path(root).resolve()
 
     def path(self, key: str) -> Path:
-        return self.root / _clean_key(key) if key else self.root
+        return self.root / clean_key(key) if key else self.root
 
     def uri(self, key: str) -> str:
         return self.path(key).as_uri()
@@ -154,12 +156,12 @@ class LocalStore:
 
     def stat(self, key: str) -> ObjectInfo | None:
         p = self.path(key)
-        return ObjectInfo(key=_clean_key(key), size=p.stat().st_size) if p.is_file() else None
+        return ObjectInfo(key=clean_key(key), size=p.stat().st_size) if p.is_file() else None
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         base = self.path(prefix)
         if base.is_file():
-            yield ObjectInfo(key=_clean_key(prefix), size=base.stat().st_size)
+            yield ObjectInfo(key=clean_key(prefix), size=base.stat().st_size)
             return
         if not base.is_dir():
             return
@@ -191,14 +193,14 @@ class S3Store:
             self.client.make_bucket(bucket)
 
     def uri(self, key: str) -> str:
-        return f"s3://{self.bucket}/{_clean_key(key)}"
+        return f"s3://{self.bucket}/{clean_key(key)}"
 
     def _err(self, key: str, exc: Exception) -> StorageError:
         return StorageError(f"{self.uri(key)}: {exc}")
 
     def put_file(self, key: str, path: Path, content_type: str = "application/octet-stream") -> None:
         try:
-            self.client.fput_object(self.bucket, _clean_key(key), str(path), content_type=content_type)
+            self.client.fput_object(self.bucket, clean_key(key), str(path), content_type=content_type)
         except Exception as exc:
             raise self._err(key, exc) from exc
 
@@ -206,7 +208,7 @@ class S3Store:
         try:
             self.client.put_object(
                 self.bucket,
-                _clean_key(key),
+                clean_key(key),
                 cast(BinaryIO, stream),
                 length,
                 content_type=content_type,
@@ -226,20 +228,20 @@ class S3Store:
 
     def get_file(self, key: str, path: Path) -> None:
         try:
-            self.client.fget_object(self.bucket, _clean_key(key), str(path))
+            self.client.fget_object(self.bucket, clean_key(key), str(path))
         except Exception as exc:
             raise self._err(key, exc) from exc
 
     def open(self, key: str) -> IO[bytes]:
         try:
-            response = self.client.get_object(self.bucket, _clean_key(key))
+            response = self.client.get_object(self.bucket, clean_key(key))
         except Exception as exc:
             raise self._err(key, exc) from exc
         return _ClosingResponse(response)  # type: ignore[return-value]
 
     def read_head(self, key: str, length: int) -> bytes:
         try:
-            response = self.client.get_object(self.bucket, _clean_key(key), offset=0, length=length)
+            response = self.client.get_object(self.bucket, clean_key(key), offset=0, length=length)
         except Exception as exc:
             raise self._err(key, exc) from exc
         try:
@@ -252,15 +254,15 @@ class S3Store:
         from minio.error import S3Error
 
         try:
-            st = self.client.stat_object(self.bucket, _clean_key(key))
+            st = self.client.stat_object(self.bucket, clean_key(key))
         except S3Error as exc:
             if exc.code in ("NoSuchKey", "NoSuchObject", "ResourceNotFound"):
                 return None
             raise self._err(key, exc) from exc
-        return ObjectInfo(key=_clean_key(key), size=int(st.size or 0))
+        return ObjectInfo(key=clean_key(key), size=int(st.size or 0))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        clean = _clean_key(prefix)
+        clean = clean_key(prefix)
         folder = clean + "/" if clean else ""
         single = self.stat(clean) if clean else None
         if single is not None:
@@ -272,14 +274,14 @@ class S3Store:
 
     def delete(self, key: str) -> None:
         try:
-            self.client.remove_object(self.bucket, _clean_key(key))
+            self.client.remove_object(self.bucket, clean_key(key))
         except Exception as exc:
             raise self._err(key, exc) from exc
 
     def presigned_get(self, key: str, expires_seconds: int = 3600) -> str:
         from datetime import timedelta
 
-        return self.client.presigned_get_object(self.bucket, _clean_key(key), expires=timedelta(seconds=expires_seconds))
+        return self.client.presigned_get_object(self.bucket, clean_key(key), expires=timedelta(seconds=expires_seconds))
 
 
 class _ClosingResponse:
@@ -307,14 +309,14 @@ class Location:
 
     def __init__(self, store: Store, prefix: str) -> None:
         self.store = store
-        self.prefix = _clean_key(prefix)
+        self.prefix = clean_key(prefix)
 
     @property
     def uri(self) -> str:
         return self.store.uri(self.prefix)
 
     def key(self, name: str) -> str:
-        name = _clean_key(name)
+        name = clean_key(name)
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def relative(self, key: str) -> str:
@@ -368,7 +370,7 @@ class Location:
         dest.mkdir(parents=True, exist_ok=True)
         for obj in self.store.list(self.prefix):
             rel = self.relative(obj.key)
-            self.store.get_file(obj.key, dest / _clean_key(rel))
+            self.store.get_file(obj.key, dest / clean_key(rel))
         return dest
 
     def upload_tree(self, src: Path) -> builtins.list[str]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
+from pathlib import PurePosixPath
 from typing import Annotated
 
 import asyncpg
@@ -13,6 +14,8 @@ from sse_starlette.sse import EventSourceResponse
 from forge_common.errors import InvalidInput, NotFound
 from forge_common.settings import CommonSettings
 from forge_common.states import JobState
+from forge_common.storage import StorageError
+from forge_sdk.storage import clean_key
 
 from .. import downloads, streams
 from ..deps import ConnDep, ServicesDep
@@ -185,12 +188,14 @@ async def download_file(
     attempt: Annotated[int | None, Query(ge=1, description="Default: the latest attempt")] = None,
 ) -> RedirectResponse | StreamingResponse:
     """One of the job's output files, or a folder of them as a .tar."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts or "\\" in path:
+    try:
+        rel = clean_key(path)
+    except StorageError:
+        rel = ""
+    if not rel:
         raise InvalidInput(f"{path!r} is not a path inside the job's outputs", field="path")
     key = await _output_key(conn, services, project, job_id, attempt)
-    rel = "/".join(parts)
-    return await downloads.respond(services.store, f"{key}/{rel}", parts[-1], missing=f"job {job_id} has no output {rel!r}")
+    return await downloads.respond(services.store, f"{key}/{rel}", PurePosixPath(rel).name, missing=f"job {job_id} has no output {rel!r}")
 
 
 @router.get("/{job_id}/split")
