@@ -1,3 +1,0 @@
--- owner: registrar. What else a version consists of beyond weights and ONNX, by name: the
--- adapter folder, a merged model, the base model a from-config adapter needs, ...
-ALTER TABLE model_versions ADD COLUMN files jsonb NOT NULL DEFAULT '{}';
