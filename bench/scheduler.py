@@ -54,6 +54,7 @@ class NoopExecutor:
     """Launches nothing: isolates the admission decision."""
 
     name = "bench"
+    runs_images = False
 
     def run_ref(self, job_id: str, attempt: int) -> str:
         return f"bench/{job_id}/{attempt}"

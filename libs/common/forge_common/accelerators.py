@@ -10,7 +10,7 @@ build and the configuration is accepted, nothing more.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from .jobspec import Task
 
@@ -41,3 +41,9 @@ PROFILES: dict[str, Profile] = {
 
 def route_of(task: Task) -> str:
     return "llm" if task in (Task.LLM_SFT, Task.VLM_SFT) else "cv"
+
+
+def slots_needed(profile: str, spec: dict[str, Any]) -> int:
+    """Slots a job takes: one on the CPU profile; on a GPU profile, the devices it asks for (the
+    same rule ``db.slots_in_use`` sums over running jobs)."""
+    return 1 if profile == "cpu" else int(spec.get("devices", 1))

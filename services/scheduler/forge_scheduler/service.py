@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from forge_common import db, outbox, telemetry
-from forge_common.accelerators import PROFILES
+from forge_common.accelerators import PROFILES, slots_needed
 from forge_common.errors import InvalidTransition
 from forge_common.events import (
     ArtifactUploaded,
@@ -215,8 +215,7 @@ class Scheduler:
         found = await self.executor.capacity()
         self.capacity = {c.profile: c for c in found if c.profile in PROFILES}
         async with self.pool.acquire() as conn:
-            runs_images = bool(getattr(self.executor, "runs_images", False))
-            await repo.save_capacity(conn, self.executor.name, list(self.capacity.values()), runs_images=runs_images)
+            await repo.save_capacity(conn, self.executor.name, list(self.capacity.values()), runs_images=self.executor.runs_images)
         return self.capacity
 
     def slots(self, profile: str) -> int:
@@ -262,8 +261,10 @@ class Scheduler:
                     free = self.slots(profile) - await db.slots_in_use(conn, profile)
                     while free > 0:
                         job = await repo.head_of_queue(conn, profile)
-                        need = 1 if profile == "cpu" else int(job["spec"].get("devices", 1)) if job else 0
-                        if job is None or need > free or need > self.per_job(profile):
+                        if job is None:
+                            break
+                        need = slots_needed(profile, job["spec"])
+                        if need > free or need > self.per_job(profile):
                             break  # the head waits for enough devices (on one node): no one overtakes it
                         devices = await self._pick_devices(conn, job, need)
                         if devices is None:

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from forge_common import db
-from forge_common.accelerators import PROFILES
+from forge_common.accelerators import PROFILES, slots_needed
 from forge_common.errors import InvalidInput
 
 
@@ -80,7 +80,7 @@ async def position(conn: asyncpg.Connection, job: asyncpg.Record) -> int | None:
 def blocker(profile: str, offer: Offer | None, need: int, held: int, ahead: int) -> str:
     """Why a queued job that needs ``need`` slots, with ``ahead`` jobs before it, has not started."""
     parts = [f"{ahead} job{'s' if ahead != 1 else ''} ahead on {profile}"]
-    resource = PROFILES[profile].resource or profile if profile in PROFILES else profile
+    resource = (PROFILES[profile].resource if profile in PROFILES else None) or profile
     if offer is None:
         parts.append(f"no allocatable {resource}")
     elif need > offer.per_job:
@@ -94,10 +94,6 @@ def blocker(profile: str, offer: Offer | None, need: int, held: int, ahead: int)
     return "; ".join(parts)
 
 
-def need_of(profile: str, spec: dict[str, Any]) -> int:
-    return 1 if profile == "cpu" else int(spec.get("devices", 1))
-
-
 async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_position: int | None) -> str | None:
     """Why a queued job has not started (or why a started attempt is still pending)."""
     if job["state"] == "running":
@@ -106,7 +102,7 @@ async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_posit
         return None
     profile = job["accelerator"]
     offer = (await offers(conn)).get(profile)
-    return blocker(profile, offer, need_of(profile, job["spec"]), await db.slots_in_use(conn, profile), queue_position - 1)
+    return blocker(profile, offer, slots_needed(profile, job["spec"]), await db.slots_in_use(conn, profile), queue_position - 1)
 
 
 async def estimated_start(conn: asyncpg.Connection, job: asyncpg.Record) -> datetime | None:
@@ -203,7 +199,7 @@ async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID, *, only: s
                         "task": q["task"],
                         "priority": q["priority"],
                         "position": i + 1,
-                        "waiting_for": blocker(profile, available.get(profile), need_of(profile, q["spec"]), held, i),
+                        "waiting_for": blocker(profile, available.get(profile), slots_needed(profile, q["spec"]), held, i),
                         "estimated_start": starts[q["id"]],
                     }
                     for i, q in enumerate(queued)

@@ -64,6 +64,7 @@ class Capacity:
 
 class Executor(Protocol):
     name: str
+    runs_images: bool  # it can run a custom trainer image
 
     def run_ref(self, job_id: str, attempt: int) -> str:
         """Where the attempt lives; deterministic, so it can be recorded before launching."""
