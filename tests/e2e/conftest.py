@@ -186,3 +186,15 @@ def upload_folder(stack: Stack, name: str, folder: Path) -> dict[str, Any]:
             if exc.status != 409:
                 raise
         return stack.client.upload_version(name, Path(archive))  # type: ignore[no-any-return]
+
+
+def forge(stack: Stack, *args: str) -> tuple[int, str]:
+    """The forge command against the stack, as a user types it: (exit code, what it printed). A
+    last argument ``--`` means: no ``--api`` (commands that do not talk to the api)."""
+    from typer.testing import CliRunner
+
+    from forge_cli.main import app
+
+    argv = list(args[:-1]) if args and args[-1] == "--" else [*args, "--api", stack.url]
+    result = CliRunner().invoke(app, argv, catch_exceptions=False)
+    return result.exit_code, result.output

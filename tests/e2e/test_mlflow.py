@@ -47,12 +47,14 @@ def test_a_job_is_mirrored_to_mlflow_and_links_to_its_run(mirrored: tuple[Stack,
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("forge")
     assert experiment is not None, stack.log("forge_log_relay")[-3000:]
-    runs = []
-    for _ in range(100):  # the mirror batches: its run ends shortly after the job
+    deadline, runs = time.monotonic() + 90, []
+    while time.monotonic() < deadline:  # the mirror batches: its run ends shortly after the job
         runs = client.search_runs([experiment.experiment_id])
         if runs and runs[0].info.status == "FINISHED" and "forge.model" in runs[0].data.tags:
             break
         time.sleep(0.2)
+    else:
+        raise AssertionError(f"the MLflow run did not finish: {runs}\n{stack.log('forge_log_relay')[-3000:]}")
     (run,) = runs
     assert run.info.run_name == "mirrored-vit" and run.info.status == "FINISHED"
     assert run.data.params["hp.epochs"] == "2" and run.data.tags["forge.model"] == "mirrored-vit v1"

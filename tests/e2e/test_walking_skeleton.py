@@ -17,7 +17,7 @@ import pytest
 
 from forge_cli.samples import shapes
 
-from .conftest import Stack, upload_folder
+from .conftest import Stack, forge, upload_folder
 
 pytestmark = pytest.mark.slow
 
@@ -110,15 +110,6 @@ def test_a_job_trains_to_success_and_registers_a_model_that_runs(stack: Stack) -
     assert len({s["trace_id"] for s in ours}) == 1
 
 
-def cli(stack: Stack, *args: str) -> tuple[int, str]:
-    from typer.testing import CliRunner
-
-    from forge_cli.main import app
-
-    result = CliRunner().invoke(app, [*args, "--api", stack.url])
-    return result.exit_code, result.output
-
-
 def test_stop_after_the_first_epoch_ends_stopped_with_the_best_model_registered(stack: Stack) -> None:
     job = slow_job(stack, "stop-after-epoch")
     stack.wait_event(job["id"], "epoch-completed", lambda d: d["data"]["epoch"] == 1)
@@ -131,7 +122,7 @@ def test_stop_after_the_first_epoch_ends_stopped_with_the_best_model_registered(
     version = stack.client.get(f"/v1/models/{done['model']['name']}/versions/{done['model']['version']}")
     assert version["job_state"] == "stopped" and version["onnx_uri"]
     assert Path(urllib.parse.urlparse(version["onnx_uri"]).path).exists()
-    code, out = cli(stack, "jobs", "watch", job["id"])
+    code, out = forge(stack, "jobs", "watch", job["id"])
     assert code == 4 and "stop-after-epoch stopped after" in out, out  # the exit code says how it ended
 
 
@@ -178,7 +169,7 @@ def test_a_trainer_killed_by_a_signal_fails_with_its_reason(stack: Stack) -> Non
     assert done["error"]["reason"] == "trainer_crash"
     assert done["error"]["message"].startswith("the trainer was killed by SIGSEGV")
     assert done["error"]["hint"]
-    code, out = cli(stack, "jobs", "watch", job["id"])
+    code, out = forge(stack, "jobs", "watch", job["id"])
     assert code == 1 and "trainer_crash: the trainer was killed by SIGSEGV" in out and "hint:" in out, out
 
 
@@ -272,7 +263,7 @@ def test_a_manual_job_ends_deployable_and_deploy_registers_it(stack: Stack) -> N
     assert done["state"] == "succeeded"
     time.sleep(1.0)
     assert stack.job(job["id"])["model"] is None  # manual: nothing registered yet
-    code, out = cli(stack, "jobs", "deploy", job["id"])  # the CLI waits for the registration
+    code, out = forge(stack, "jobs", "deploy", job["id"])  # the CLI waits for the registration
     assert code == 0 and "model: manual-one v1" in out, out
     deployed = stack.wait_model(job["id"])
     assert deployed["model"]["name"] == "manual-one"

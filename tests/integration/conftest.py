@@ -63,19 +63,22 @@ async def api(common_settings: CommonSettings) -> AsyncIterator[httpx.AsyncClien
             yield client
 
 
-def tar_of(folder: Path) -> bytes:
+def tar_of(folder: Path, *, with_folders: bool = False) -> bytes:
+    """The folder as a .tar.gz; ``with_folders`` keeps folder entries (an empty one included)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                tar.add(p, arcname=p.relative_to(folder).as_posix())
+            if p.is_file() or (with_folders and p.is_dir()):
+                tar.add(p, arcname=p.relative_to(folder).as_posix(), recursive=False)
     return buf.getvalue()
 
 
-async def upload(client: httpx.AsyncClient, name: str, data: bytes, filename: str = "data.tar.gz") -> httpx.Response:
+async def upload(
+    client: httpx.AsyncClient, name: str, data: bytes, filename: str = "data.tar.gz", fmt: str | None = None
+) -> httpx.Response:
     with contextlib.suppress(Exception):
         await client.post("/v1/datasets", json={"name": name})
-    return await client.post(f"/v1/datasets/{name}/versions", files={"file": (filename, data)})
+    return await client.post(f"/v1/datasets/{name}/versions", files={"file": (filename, data)}, data={"format": fmt} if fmt else {})
 
 
 async def collect(js: Any, subject: str, count: int, timeout: float = 10.0) -> list[Any]:

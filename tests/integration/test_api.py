@@ -330,7 +330,11 @@ async def test_losing_a_race_with_a_concurrent_delete_is_a_409_not_a_500(
         # another request deletes the version: not yet committed, so the api's checks still see it
         await other.execute("DELETE FROM dataset_versions")
         submit = asyncio.create_task(api.post("/v1/jobs", json=SPEC))
-        await asyncio.sleep(0.5)  # the api's insert now waits on the deleted row's lock
+        async with asyncio.timeout(20):  # until the api's insert waits on the deleted row's lock
+            while not await other.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ):
+                await asyncio.sleep(0.02)
         await tx.commit()
         r = await submit
     finally:

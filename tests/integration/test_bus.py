@@ -119,11 +119,12 @@ async def test_relay_replicas_publish_in_commit_order(pool: asyncpg.Pool, js: An
         for event in events:
             await outbox.add(conn, subjects, event, producer="test")
     replicas = [outbox.OutboxRelay(pool, js, producer="test") for _ in range(3)]
-    while True:  # every replica tries at once, again and again, until all is out
-        if sum(await asyncio.gather(*(r.drain() for r in replicas))) == 0:
-            async with pool.acquire() as conn:
-                if await conn.fetchval("SELECT count(*) FROM outbox") == 0:
-                    break
+    async with asyncio.timeout(60):
+        while True:  # every replica tries at once, again and again, until all is out
+            if sum(await asyncio.gather(*(r.drain() for r in replicas))) == 0:
+                async with pool.acquire() as conn:
+                    if await conn.fetchval("SELECT count(*) FROM outbox") == 0:
+                        break
     got = [decode(m.data).id for m in await collect(js, subjects.all_of_job(job), len(events))]
     assert got == [e.id for e in events]
 

@@ -3,7 +3,6 @@ the problem exactly, and nothing stored — no version, no object, no scratch fi
 
 from __future__ import annotations
 
-import io
 import tarfile
 import zipfile
 from collections.abc import Callable
@@ -16,17 +15,9 @@ from forge_common.settings import CommonSettings
 
 from ..unit.datasets.test_malformed import CASES, Case
 from ..unit.test_archive import make_tar, make_zip
+from .conftest import tar_of, upload
 
 ERRORS = [c for c in CASES if c.severity == "error"]
-
-
-def tar_of(folder: Path) -> bytes:
-    """The folder as users archive it: folders included (an empty class folder is a problem too)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for p in sorted(folder.rglob("*")):
-            tar.add(p, arcname=p.relative_to(folder).as_posix(), recursive=False)
-    return buf.getvalue()
 
 
 async def assert_nothing_stored(api: httpx.AsyncClient, settings: CommonSettings) -> None:
@@ -34,11 +25,6 @@ async def assert_nothing_stored(api: httpx.AsyncClient, settings: CommonSettings
     assert not [p for p in settings.objects_dir.rglob("*") if p.is_file()], "an object was written"
     scratch = settings.home / "tmp"
     assert not scratch.exists() or not [p for p in scratch.rglob("*") if p.is_file()], "an upload was left in scratch space"
-
-
-async def post(api: httpx.AsyncClient, data: bytes, name: str = "data.tar.gz", fmt: str | None = None) -> httpx.Response:
-    await api.post("/v1/datasets", json={"name": "broken"})
-    return await api.post("/v1/datasets/broken/versions", files={"file": (name, data)}, data={"format": fmt} if fmt else {})
 
 
 def test_the_table_covers_at_least_thirty_problems() -> None:
@@ -50,7 +36,7 @@ async def test_a_malformed_dataset_is_refused_exactly_and_stores_nothing(
     api: httpx.AsyncClient, common_settings: CommonSettings, tmp_path: Path, case: Case
 ) -> None:
     case.build(tmp_path / "d")
-    r = await post(api, tar_of(tmp_path / "d"), fmt=case.declared)
+    r = await upload(api, "broken", tar_of(tmp_path / "d", with_folders=True), fmt=case.declared)
     assert r.status_code == 422, r.text
     body = r.json()
     assert body["type"] == "invalid_input"
@@ -121,7 +107,7 @@ async def test_an_archive_attack_is_refused_before_anything_is_written(
     app = create_app(common_settings, ApiSettings(max_archive_files=50, max_extracted_bytes=20_000))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://forge") as api:
-            r = await post(api, data, filename)
+            r = await upload(api, "broken", data, filename)
             assert r.status_code == 422 and message in r.json()["detail"], r.text
             await assert_nothing_stored(api, common_settings)
     assert not (tmp_path.parent / "evil.png").exists()

@@ -223,7 +223,7 @@ async def test_a_slow_script_host_holds_no_database_connection(common_settings: 
                 await upload(api, "shapes", tar_of(sample_dataset))
                 uri = f"http://127.0.0.1:{server.server_port}/train.py"
                 creating = asyncio.create_task(api.post("/v1/jobs", json={**SPEC, "custom_script_uri": uri}))
-                await asyncio.to_thread(asked.wait, 10)
+                assert await asyncio.to_thread(asked.wait, 10), "the api never fetched the script"
                 listed = await asyncio.wait_for(api.get("/v1/jobs"), 5)  # answered while the script host dawdles
                 assert listed.status_code == 200 and listed.json() == []
                 release.set()
