@@ -506,3 +506,24 @@ async def test_without_a_runtime_the_local_executor_refuses_images(tmp_path: Pat
     spec = LaunchSpec(job_id="j", attempt=1, run_ref=str(tmp_path / "runs" / "j" / "1"), command=[], env={}, image="example/trainer:1")
     with pytest.raises(ValueError, match="FORGE_SCHEDULER_CONTAINER_RUNTIME"):
         await executor.launch(spec)
+
+
+def test_a_containers_gpus_are_handed_over_by_host_id_and_renumbered_inside(tmp_path: Path) -> None:
+    from forge_scheduler.executors.local import visibility
+
+    executor = LocalExecutor(tmp_path / "runs", container_runtime="docker")
+    spec = LaunchSpec(
+        job_id="j",
+        attempt=1,
+        run_ref=str(tmp_path / "runs" / "j" / "1"),
+        command=[],
+        env={},
+        accelerator="nvidia",
+        visible_devices=(1,),
+        image="img",
+    )
+    env = {"OUTPUT_DIR": str(tmp_path / "out"), **visibility("nvidia", (1,), {"CUDA_VISIBLE_DEVICES": "4,5"})}
+    command = executor.container_command(spec, env)
+    assert command[command.index("--gpus") + 1] == "device=5"  # the scheduler's index 1 is the host's GPU 5
+    assert "CUDA_VISIBLE_DEVICES" not in command and "OUTPUT_DIR" in command  # inside, the one GPU is 0
+    assert f"{tmp_path / 'out'}:{tmp_path / 'out'}" in command and command[-1] == "img"

@@ -86,6 +86,10 @@ def visibility(profile: str, indices: tuple[int, ...], parent: Mapping[str, str]
 CONTAINER_FILE = "container"  # the container's name, for an attempt that runs a custom image
 
 
+def container_name(spec: LaunchSpec) -> str:
+    return f"forge-{spec.job_id}-{spec.attempt}"
+
+
 class LocalExecutor:
     name = "local"
 
@@ -141,7 +145,9 @@ class LocalExecutor:
         """The runtime's command line for a custom image: the image's own entrypoint (or the given
         command) with the trainer's environment passed by name (values stay off the command line),
         the run folder and the attempt's local inputs and outputs mounted at the same paths, and
-        the host's network (object storage on 127.0.0.1 stays reachable)."""
+        the host's network (object storage on 127.0.0.1 stays reachable). NVIDIA devices are
+        handed over with ``--gpus`` (host ids); inside, they are numbered from 0 again, so the
+        visibility variable is not passed on."""
         assert self.container_runtime is not None and spec.image is not None
         run_dir = Path(spec.run_ref)
         mounts = [f"{run_dir}:{run_dir}"]
@@ -154,12 +160,13 @@ class LocalExecutor:
                 path.mkdir(parents=True, exist_ok=True)
             if path.exists():
                 mounts.append(f"{path}:{path}" + (":ro" if read_only else ""))
-        name = f"forge-{spec.job_id}-{spec.attempt}"
-        command = [self.container_runtime, "run", "--rm", "--name", name, "--network", "host", "--workdir", str(run_dir)]
-        command += [arg for key in sorted(env) for arg in ("--env", key)]
+        gpus = env.get("CUDA_VISIBLE_DEVICES") if spec.accelerator == "nvidia" and spec.visible_devices else None
+        names = sorted(k for k in env if not (gpus and k == "CUDA_VISIBLE_DEVICES"))
+        command = [self.container_runtime, "run", "--rm", "--name", container_name(spec), "--network", "host", "--workdir", str(run_dir)]
+        command += [arg for key in names for arg in ("--env", key)]
         command += [arg for mount in mounts for arg in ("--volume", mount)]
-        if spec.accelerator == "nvidia" and spec.visible_devices:
-            command += ["--gpus", "device=" + ",".join(map(str, spec.visible_devices))]
+        if gpus:
+            command += ["--gpus", f"device={gpus}"]
         return [*command, spec.image, *spec.command]
 
     def _launch(self, spec: LaunchSpec) -> Handle:
@@ -168,7 +175,7 @@ class LocalExecutor:
         command = self.container_command(spec, env) if spec.image else spec.command
         if spec.image:
             (run_dir / CONTAINER_FILE).parent.mkdir(parents=True, exist_ok=True)
-            (run_dir / CONTAINER_FILE).write_text(f"forge-{spec.job_id}-{spec.attempt}\n")
+            (run_dir / CONTAINER_FILE).write_text(container_name(spec) + "\n")
         (run_dir / WORK_DIR).mkdir(parents=True, exist_ok=True)
         out = open(run_dir / OUTPUT_FILE, "ab", buffering=0)
         try:
