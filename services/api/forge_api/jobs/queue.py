@@ -62,19 +62,26 @@ async def check_accelerator(conn: asyncpg.Connection, profile: str, devices: int
         )
 
 
+# The queued jobs admitted before a given one: higher priority, or the same and earlier.
+_AHEAD = "state = 'queued' AND accelerator = $1 AND (priority > $2 OR (priority = $2 AND (queued_at, id) < ($3, $4)))"
+
+
+def _ahead_args(job: asyncpg.Record) -> tuple[Any, ...]:
+    return job["accelerator"], job["priority"], job["queued_at"], job["id"]
+
+
 async def position(conn: asyncpg.Connection, job: asyncpg.Record) -> int | None:
     """1-based place in its profile's queue (priority first, then arrival), None unless queued."""
     if job["state"] != "queued":
         return None
-    ahead = await conn.fetchval(
-        "SELECT count(*) FROM jobs WHERE state = 'queued' AND accelerator = $1"
-        " AND (priority > $2 OR (priority = $2 AND (queued_at, id) < ($3, $4)))",
-        job["accelerator"],
-        job["priority"],
-        job["queued_at"],
-        job["id"],
+    return int(await conn.fetchval(f"SELECT count(*) FROM jobs WHERE {_AHEAD}", *_ahead_args(job))) + 1
+
+
+async def _running(conn: asyncpg.Connection, profile: str) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        "SELECT id, task, accelerator, started_at, progress FROM jobs WHERE state = 'running' AND accelerator = $1", profile
     )
-    return int(ahead) + 1
+    return [dict(r) for r in rows]
 
 
 def blocker(profile: str, offer: Offer | None, need: int, held: int, ahead: int) -> str:
@@ -106,14 +113,19 @@ async def waiting_for(conn: asyncpg.Connection, job: asyncpg.Record, queue_posit
 
 
 async def estimated_start(conn: asyncpg.Connection, job: asyncpg.Record) -> datetime | None:
-    """When a queued job may start (None when unknown or not queued)."""
+    """When a queued job may start (None when unknown or not queued): only the jobs ahead of it matter."""
     if job["state"] != "queued":
         return None
-    for q in await queue_view(conn, job["project_id"], only=job["accelerator"]):
-        for entry in q["queued"]:
-            if entry["id"] == job["id"]:
-                return entry["estimated_start"]  # type: ignore[no-any-return]
-    return None
+    profile = job["accelerator"]
+    offer = (await offers(conn)).get(profile)
+    rows = await conn.fetch(
+        f"SELECT id, task, accelerator FROM jobs WHERE {_AHEAD} ORDER BY priority DESC, queued_at, id", *_ahead_args(job)
+    )
+    queued = [*map(dict, rows), {"id": job["id"], "task": job["task"], "accelerator": profile}]
+    starts = estimate_starts(
+        await _running(conn, profile), queued, offer.total if offer else 0, await typical_durations(conn), datetime.now(UTC)
+    )
+    return starts[job["id"]]
 
 
 async def typical_durations(conn: asyncpg.Connection) -> dict[tuple[str, str], float]:
@@ -160,31 +172,27 @@ def estimate_starts(
     return out
 
 
-async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID, *, only: str | None = None) -> list[dict[str, Any]]:
-    """Every profile's queue (or ``only`` one's) in admission order, with positions, what each job
-    waits for and estimated starts."""
+async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID) -> list[dict[str, Any]]:
+    """Every profile's queue in admission order, with positions, what each job waits for and
+    estimated starts."""
     available = await offers(conn)
     typical = await typical_durations(conn)
     now = datetime.now(UTC)
     out: list[dict[str, Any]] = []
     profiles = {*available, *[r["accelerator"] for r in await conn.fetch("SELECT DISTINCT accelerator FROM jobs WHERE state = 'queued'")]}
-    for profile in sorted(p for p in profiles if only is None or p == only):
+    for profile in sorted(profiles):
         held = await db.slots_in_use(conn, profile)
         queued = [
             dict(r)
             for r in await conn.fetch(
-                "SELECT id, name, task, accelerator, priority, queued_at, spec FROM jobs WHERE state = 'queued' AND accelerator = $1"
+                "SELECT id, name, task, accelerator, priority, queued_at, spec->'devices' AS devices FROM jobs"
+                " WHERE state = 'queued' AND accelerator = $1"
                 " AND project_id = $2 ORDER BY priority DESC, queued_at, id",
                 profile,
                 project_id,
             )
         ]
-        running = [
-            dict(r)
-            for r in await conn.fetch(
-                "SELECT id, task, accelerator, started_at, progress FROM jobs WHERE state = 'running' AND accelerator = $1", profile
-            )
-        ]
+        running = await _running(conn, profile)
         slots = available[profile].total if profile in available else 0
         starts = estimate_starts(running, queued, slots, typical, now)
         out.append(
@@ -199,7 +207,9 @@ async def queue_view(conn: asyncpg.Connection, project_id: uuid.UUID, *, only: s
                         "task": q["task"],
                         "priority": q["priority"],
                         "position": i + 1,
-                        "waiting_for": blocker(profile, available.get(profile), slots_needed(profile, q["spec"]), held, i),
+                        "waiting_for": blocker(
+                            profile, available.get(profile), slots_needed(profile, {"devices": q["devices"] or 1}), held, i
+                        ),
                         "estimated_start": starts[q["id"]],
                     }
                     for i, q in enumerate(queued)
