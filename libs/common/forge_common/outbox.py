@@ -11,7 +11,6 @@ import logging
 from typing import Any
 
 import asyncpg
-import nats.errors
 from nats.js import JetStreamContext
 
 from .bus import encode, headers_for
@@ -69,11 +68,10 @@ class OutboxRelay:
                     return sent
                 for row in rows:
                     body = bytes(row["body"])
-                    try:
-                        if not self._fits(body, row["headers"]):
-                            raise nats.errors.MaxPayloadError
+                    if self._fits(body, row["headers"]):
                         await self.js.publish(row["subject"], body, headers=row["headers"])
-                    except nats.errors.MaxPayloadError:
+                        sent += 1
+                    else:
                         log.error(
                             "outbox (%s): dropped event #%d on %s: %d bytes is over the server's message limit",
                             self.producer,
@@ -81,15 +79,13 @@ class OutboxRelay:
                             row["subject"],
                             len(body),
                         )
-                        continue
-                    sent += 1
                 await conn.execute("DELETE FROM outbox WHERE seq = ANY($1::bigint[])", [r["seq"] for r in rows])
 
     def _fits(self, body: bytes, headers: dict[str, str] | None) -> bool:
         """Whether the server will take it: it counts headers and body together (the client's own
         check counts the body only, and a message the server refuses costs the connection)."""
         limit = getattr(getattr(self.js, "_nc", None), "max_payload", None)
-        if not limit:
+        if not limit:  # not connected yet: let the client check
             return True
         framing = len("NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
         return len(body) + framing <= int(limit)

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from forge_common.errors import InvalidTransition
+from forge_common.events import LogLine
 from forge_common.states import JobState, check_transition
 
 ADMISSION_LOCK = 7_240_551_002
@@ -223,13 +224,13 @@ async def record_epoch(
     )
 
 
-async def add_executor_notes(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, lines: list[tuple[int, datetime, str]]) -> bool:
+async def add_executor_notes(conn: asyncpg.Connection, job_id: uuid.UUID, attempt: int, lines: list[LogLine]) -> bool:
     """An attempt's log, written by the scheduler when its trainer never ran (so log-relay has
     nothing to write for it). False when the attempt has output after all: that stays its log."""
     if await conn.fetchval("SELECT EXISTS (SELECT 1 FROM log_lines WHERE job_id = $1 AND attempt = $2)", job_id, attempt):
         return False
     await conn.executemany(
         "INSERT INTO log_lines (job_id, attempt, line_no, ts, text) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        [(job_id, attempt, n, ts, text) for n, ts, text in lines],
+        [(job_id, attempt, line.line_no, line.ts, line.text) for line in lines],
     )
     return True

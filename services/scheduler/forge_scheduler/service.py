@@ -540,8 +540,7 @@ class Scheduler:
             notes.append(f"[forge] hint: {decision.hint}")
         now = datetime.now(UTC)
         lines = [LogLine(line_no=i, ts=now, text=text) for i, text in enumerate(notes, start=1)]
-        written = await repo.add_executor_notes(conn, job["id"], attempt["attempt"], [(line.line_no, now, line.text) for line in lines])
-        if written:
+        if await repo.add_executor_notes(conn, job["id"], attempt["attempt"], lines):
             event = LogLines.of(
                 LogLinesData(job_id=job["id"], attempt=attempt["attempt"], lines=lines, eof=True),
                 source=SOURCE,
