@@ -1,7 +1,7 @@
 """Request bodies are bounded before they are read: a declared ``Content-Length`` over the limit is
 refused at once (413, nothing read, nothing spooled to disk) and a body without one (chunked) is
-counted as it arrives and cut off at the limit. Dataset archives get the upload limit, every other body (job
-specs, trainer profiles) a small one.
+counted as it arrives and cut off at the limit. Dataset archives get the upload limit, every other
+body (job specs, trainer profiles) a small one.
 
 Starlette's ``RequestBodyLimitResponder`` does the counting; FastAPI's own ``max_body_size`` is
 fixed when a route is declared, and these limits are settings read when the app is created."""
